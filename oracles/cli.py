@@ -1,0 +1,46 @@
+"""The ``oracles`` command: ``materialize | records | receipts | compare | summarize``.
+
+Each subcommand lives in its own module and is imported only when called, so ``oracles receipts``
+never imports torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import Callable
+
+from oracles.errors import OracleError
+
+#: name -> (module, help). The module defines ``add_arguments(parser)`` and ``run(args) -> int``.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "materialize": ("oracles.commands.materialize", "build and verify a pinned snapshot under $ORACLES_HOME"),
+    "records": ("oracles.commands.records", "regenerate a family's expected ids from the tokenizer alone"),
+    "receipts": ("oracles.commands.receipts", "list receipts, or print one's checks table"),
+    "compare": ("oracles.commands.compare", "hold a port's receipt against a reference receipt, record by record"),
+    "summarize": ("oracles.commands.summarize", "summarise a d1 receipt: gold agreement, near ties, red arms"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="oracles", description="numerical reference oracles for LLM conversions")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    runners: dict[str, Callable[[argparse.Namespace], int]] = {}
+    argv = sys.argv[1:] if argv is None else argv
+    for name, (module_name, text) in COMMANDS.items():
+        sp = sub.add_parser(name, help=text, description=text)
+        if argv and argv[0] == name:  # import only the module that runs
+            module = importlib.import_module(module_name)
+            module.add_arguments(sp)
+            runners[name] = module.run
+    args = parser.parse_args(argv)
+    try:
+        return runners[args.command](args)
+    except OracleError as exc:
+        print(f"oracles {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,23 @@
+"""``oracles materialize NAME``: build and verify a pinned snapshot under ``$ORACLES_HOME``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", help="pin name (fixtures/pins/NAME.json) or a pin file path")
+    parser.add_argument("--dest", type=Path, default=None, help="folder to build into; default $ORACLES_HOME/snapshots/NAME")
+    parser.add_argument("--write-pin", action="store_true",
+                        help="maintainers: rewrite the pin's file digests from this build instead of checking them")
+
+
+def run(args: argparse.Namespace) -> int:
+    from oracles.materialize import materialize
+    from oracles.pins import load_pin
+
+    result = materialize(load_pin(args.name), args.dest, write_pin=args.write_pin)
+    print(json.dumps(result, indent=2))
+    return 0

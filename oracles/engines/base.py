@@ -1,0 +1,114 @@
+"""The engine protocol: what the reference and every port implement, numpy at the boundary.
+
+All arrays crossing the boundary are float32 numpy arrays (``<f4``); token ids are Python ints.
+A *cache* is the engine's own KV-cache object (opaque to the checks); a *snapshot* is an independent
+copy of one that :meth:`Engine.restore` turns back into a live cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+
+@dataclass
+class Step:
+    """One forward over ``T`` new tokens.
+
+    logits: ``[T, V]`` float32, the lm_head output for each new position.
+    hidden: ``[T, D]`` float32, the final-norm hidden states the lm_head read.
+    """
+
+    logits: np.ndarray
+    hidden: np.ndarray
+
+
+@dataclass(frozen=True)
+class Sampler:
+    """Sampling settings; ``temperature == 0`` means greedy (argmax, lowest id on ties)."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int = 0
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k, "seed": self.seed}
+
+
+@dataclass
+class Generation:
+    """A generation from a prompt.
+
+    tokens: generated ids, the stop token included when ``finish_reason == "stop"``.
+    step_logits: ``[N, V]`` float32, the logits each generated token was chosen from (raw, before
+        temperature), one row per generated token.
+    prefill_seconds / decode_seconds: wall seconds of the prompt forward and of the rest.
+    """
+
+    tokens: list[int]
+    text: str
+    finish_reason: str  # "stop" | "length"
+    step_logits: np.ndarray
+    prefill_seconds: float
+    decode_seconds: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def decode_tokens_per_second(self) -> float:
+        n = max(len(self.tokens) - 1, 0)
+        return n / self.decode_seconds if self.decode_seconds > 0 else 0.0
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """One framework's adapter. ``id`` is the engine id used in test ids ("torch", "mlx", ...)."""
+
+    id: str
+    pin: str
+    vocab_size: int
+    hidden_size: int
+    eos_token_ids: frozenset[int]
+    max_context: int
+
+    def chat_ids(self, messages: Sequence[dict[str, str]], add_generation_prompt: bool = True) -> list[int]:
+        """Token ids of ``messages`` rendered by the snapshot's chat template."""
+        ...
+
+    def decode(self, ids: Sequence[int]) -> str: ...
+
+    def make_cache(self) -> Any:
+        """An empty KV cache for :meth:`forward`."""
+        ...
+
+    def forward(self, ids: Sequence[int], cache: Any | None = None) -> Step:
+        """Run ``ids`` after what ``cache`` holds (appending to it); ``cache=None`` is a cold prefill."""
+        ...
+
+    def lm_head(self, hidden: np.ndarray) -> np.ndarray:
+        """``[T, D]`` final-norm hidden states -> ``[T, V]`` logits through the engine's own head."""
+        ...
+
+    def cache_length(self, cache: Any) -> int: ...
+
+    def snapshot(self, cache: Any) -> Any:
+        """An independent copy of ``cache``; later forwards on ``cache`` do not change it."""
+        ...
+
+    def restore(self, snapshot: Any) -> Any:
+        """A fresh live cache holding what ``snapshot`` holds (the snapshot stays unchanged)."""
+        ...
+
+    def snapshot_digest(self, snapshot: Any) -> str:
+        """sha256 over every buffer of a snapshot as little-endian float32, with shapes."""
+        ...
+
+    def generate(self, ids: Sequence[int], sampler: Sampler, max_new_tokens: int) -> Generation:
+        """Generate with the framework's own generation code from a cold prompt."""
+        ...

@@ -1,0 +1,233 @@
+"""Pins: what a snapshot must be, where it comes from, and its verification.
+
+A pin file (``fixtures/pins/NAME.json``) holds::
+
+    {"name": ..., "source": "pypi:PKG==VER#FILE" | "hf:REPO@REVISION" | "twin:CONFIG#SEED",
+     "source_sha256": <sha256 of the source file, for pypi sources>,
+     "model_class": "LlamaForCausalLM",
+     "files": {"config.json": {"bytes": N, "sha256": HEX}, ...},
+     "safetensors_headers": {"model.safetensors": HEX},   # sha256 of the 8-byte length + header JSON
+     "built_with": {"transformers": VER, ...}}
+
+Verification reads every pinned file's bytes once and compares size and sha256, before any load.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import re
+import struct
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from oracles.errors import PinError
+from oracles.receipts import load_json
+
+PINS_DIR = Path(__file__).resolve().parent.parent / "fixtures" / "pins"
+DEFAULT_PIN = "smollm2-135m-instruct"
+_SOURCE = re.compile(r"(?P<kind>pypi|hf|twin):(?P<what>[^#@=]+)(?:(?:==|@)(?P<version>[^#]+))?(?:#(?P<file>.+))?")
+
+
+@dataclass(frozen=True)
+class FileDigest:
+    bytes: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class Pin:
+    """A parsed pin file. ``files`` maps a snapshot-relative path to its size and digest."""
+
+    name: str
+    source: str
+    source_sha256: str | None
+    model_class: str
+    files: dict[str, FileDigest]
+    safetensors_headers: dict[str, str]
+    built_with: dict[str, str]
+    path: Path
+
+    @property
+    def digest(self) -> str:
+        """sha256 over the sorted (path, sha256) pairs: one name for the whole snapshot."""
+        h = hashlib.sha256()
+        for name in sorted(self.files):
+            h.update(f"{name}\0{self.files[name].sha256}\n".encode())
+        return h.hexdigest()
+
+    def source_parts(self) -> dict[str, str | None]:
+        match = _SOURCE.fullmatch(self.source)
+        assert match is not None  # checked in load_pin
+        return match.groupdict()
+
+
+def pin_path(name: str, pins_dir: Path = PINS_DIR) -> Path:
+    return pins_dir / f"{name}.json"
+
+
+def available_pins(pins_dir: Path = PINS_DIR) -> list[str]:
+    return sorted(p.stem for p in pins_dir.glob("*.json"))
+
+
+def load_pin(name_or_path: str | Path, pins_dir: Path = PINS_DIR) -> Pin:
+    """Read and validate a pin file by name (under ``fixtures/pins``) or path.
+
+    Raises:
+        PinError: unknown name (listing the known ones), or a malformed file naming path and field.
+        FixtureError: the file is not valid JSON (path, line and column).
+    """
+    path = Path(name_or_path)
+    if path.suffix != ".json":
+        path = pin_path(str(name_or_path), pins_dir)
+        if not path.is_file():
+            raise PinError(f"unknown pin {str(name_or_path)!r}: no {path}; known pins: {', '.join(available_pins(pins_dir)) or 'none'}")
+    obj = load_json(path)
+
+    def need(key: str, kind: type) -> Any:
+        if not isinstance(obj, dict) or not isinstance(obj.get(key), kind):
+            raise PinError(f"{path}: field {key!r} is missing or not a {kind.__name__}")
+        return obj[key]
+
+    name, source, files = need("name", str), need("source", str), need("files", dict)
+    if name != path.stem:
+        raise PinError(f"{path}: field 'name' is {name!r} but the file is named {path.stem!r}")
+    if not _SOURCE.fullmatch(source):
+        raise PinError(f"{path}: field 'source' {source!r} is not pypi:PKG==VER#FILE, hf:REPO@REV or twin:CONFIG#SEED")
+    digests = {}
+    for rel, entry in files.items():
+        if (not isinstance(entry, dict) or type(entry.get("bytes")) is not int
+                or not re.fullmatch(r"[0-9a-f]{64}", str(entry.get("sha256", "")))):
+            raise PinError(f"{path}: field 'files.{rel}' needs an int 'bytes' and a 64-hex 'sha256'")
+        if rel.startswith("/") or ".." in Path(rel).parts:
+            raise PinError(f"{path}: field 'files.{rel}' must be a relative path inside the snapshot")
+        digests[rel] = FileDigest(entry["bytes"], entry["sha256"])
+    if not digests:
+        raise PinError(f"{path}: field 'files' is empty")
+    headers = obj.get("safetensors_headers", {})
+    if not isinstance(headers, dict) or any(k not in digests for k in headers):
+        raise PinError(f"{path}: field 'safetensors_headers' must map pinned .safetensors files to digests")
+    return Pin(name=name, source=source, source_sha256=obj.get("source_sha256"), model_class=need("model_class", str),
+               files=digests, safetensors_headers=dict(headers), built_with=dict(obj.get("built_with", {})), path=path)
+
+
+def oracles_home() -> Path:
+    """``$ORACLES_HOME``, default ``~/.cache/oracles``: where materialised snapshots live."""
+    return Path(os.environ.get("ORACLES_HOME") or Path.home() / ".cache" / "oracles")
+
+
+def snapshot_dir(pin: Pin) -> Path:
+    return oracles_home() / "snapshots" / pin.name
+
+
+def sha256_file(path: Path) -> str:
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+def safetensors_header(path: Path) -> tuple[int, dict[str, Any], bytes]:
+    """Read a safetensors header: (header length N, parsed header, the raw 8 + N bytes).
+
+    Raises:
+        PinError: the file is shorter than its declared header or the header is not JSON (path named).
+    """
+    with open(path, "rb") as fh:
+        head = fh.read(8)
+        if len(head) != 8:
+            raise PinError(f"{path}: {len(head)} bytes, too short for a safetensors header length")
+        (n,) = struct.unpack("<Q", head)
+        size = path.stat().st_size
+        if n > size - 8:
+            raise PinError(f"{path}: header length {n} runs past the end of the file ({size} bytes)")
+        raw = fh.read(n)
+    try:
+        header = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise PinError(f"{path}: safetensors header is not JSON: {exc}") from exc
+    if not isinstance(header, dict):
+        raise PinError(f"{path}: safetensors header is not a JSON object")
+    return n, header, head + raw
+
+
+def file_digests(root: Path, names: list[str] | None = None) -> dict[str, FileDigest]:
+    """Size and sha256 of each file under ``root`` (all regular files when ``names`` is None)."""
+    if names is None:
+        names = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+    return {n: FileDigest((root / n).stat().st_size, sha256_file(root / n)) for n in names}
+
+
+def verify_snapshot(pin: Pin, root: Path) -> dict[str, Any]:
+    """Check every pinned file under ``root``: exists, size, sha256, safetensors header digest.
+
+    Returns the figures for the receipt: name, digest, root, files, bytes and seconds.
+
+    Raises:
+        PinError: the first problem, naming the file and the expected and actual values.
+    """
+    start = time.perf_counter()
+    if not root.is_dir():
+        raise PinError(f"snapshot of pin {pin.name!r} missing: {root} is not a folder; run `oracles materialize {pin.name}`"
+                       " or pass --snapshot NAME=PATH")
+    total = 0
+    for rel, want in sorted(pin.files.items()):
+        path = root / rel
+        if not path.is_file():
+            raise PinError(f"{path}: pinned file of {pin.name!r} is missing")
+        size = path.stat().st_size
+        if size != want.bytes:
+            raise PinError(f"{path}: size mismatch: expected {want.bytes} bytes, actual {size}")
+        got = sha256_file(path)
+        if got != want.sha256:
+            raise PinError(f"{path}: sha256 mismatch: expected {want.sha256}, actual {got}")
+        total += size
+    for rel, want_header in pin.safetensors_headers.items():
+        got = hashlib.sha256(safetensors_header(root / rel)[2]).hexdigest()
+        if got != want_header:
+            raise PinError(f"{root / rel}: safetensors header sha256 mismatch: expected {want_header}, actual {got}")
+    return {"name": pin.name, "digest": pin.digest, "root": str(root), "files": len(pin.files), "bytes": total,
+            "seconds": round(time.perf_counter() - start, 4)}
+
+
+def parse_snapshot_options(values: list[str], pins_dir: Path = PINS_DIR) -> dict[str, Path]:
+    """``["NAME=PATH", ...]`` from ``--snapshot`` -> {name: path}.
+
+    Raises:
+        PinError: a value without ``=``, or a NAME with no pin file (known pins listed).
+    """
+    out: dict[str, Path] = {}
+    for value in values:
+        name, sep, path = value.partition("=")
+        if not sep or not name or not path:
+            raise PinError(f"--snapshot {value!r}: expected NAME=PATH")
+        if not pin_path(name, pins_dir).is_file():
+            raise PinError(f"--snapshot {value!r}: unknown pin {name!r}; known pins: {', '.join(available_pins(pins_dir))}")
+        out[name] = Path(path).expanduser().resolve()
+    return out
+
+
+def locate_pypi_file(dist: str, version: str | None, filename: str) -> Path:
+    """The installed file ``filename`` of distribution ``dist`` (which need not be importable).
+
+    Raises:
+        PinError: the distribution is not installed, has another version, or lacks the file.
+    """
+    try:
+        meta = importlib.metadata.distribution(dist)
+    except importlib.metadata.PackageNotFoundError as exc:
+        raise PinError(f"source package {dist}=={version} is not installed: pip install --no-deps {dist}=={version}") from exc
+    if version and meta.version != version:
+        raise PinError(f"source package {dist}: installed {meta.version}, pin asks for {version}")
+    for f in meta.files or []:
+        if Path(str(f)).name == filename:
+            return Path(str(meta.locate_file(f))).resolve()
+    spec = importlib.util.find_spec(dist.replace("-", "_"))
+    if spec is not None and spec.origin:
+        candidate = Path(spec.origin).parent / filename
+        if candidate.is_file():
+            return candidate
+    raise PinError(f"source package {dist}=={meta.version} has no file {filename!r}")

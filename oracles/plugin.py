@@ -1,0 +1,273 @@
+"""pytest hooks and options of pytest-oracles. State lives in :class:`oracles.state.RunState`.
+
+Imports here stay light (no torch, transformers or mlx): ``pytest -m dry`` must not load them.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from oracles.errors import OracleError
+from oracles.receipts import load_records
+from oracles.state import DATA_KEY, EVENTS_KEY, RunState, environment
+
+STATE = pytest.StashKey[RunState]()
+
+MARKERS = {
+    "dry": "needs no weights and imports no torch, transformers or mlx; runs in seconds (CI smoke)",
+    "slow": "loads a model or runs a long oracle; runs only with --runslow",
+    "gpu": "needs an accelerator (CUDA, or Metal through MLX); skipped where none answers",
+    "mtplx": "execution oracle family: forward rows, cache-continuation decode, generation, speculative round",
+    "mtplx_chat": "execution oracle family: a 3-turn chat through a prompt cache with snapshot/restore",
+    "d1": "readout oracle family: typed questions read out from log-softmax at an answer slot",
+    "clef": "vision oracle family: M-RoPE, image embeds, span decoding",
+    "cohort": "decode cohort family: serial vs batched lanes bit-exact, snapshot/restore",
+    "port": "a port engine held against the reference, record by record",
+}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("oracles", "numerical reference oracles (pytest-oracles)")
+    group.addoption("--runslow", action="store_true", default=False,
+                    help="run tests marked slow (model loads, long oracles); default: %(default)r")
+    group.addoption("--receipts-dir", default="receipts", metavar="DIR",
+                    help="folder receipts are written under, as DIR/TAG/<UTC time>-<run id>.json; default: %(default)r")
+    group.addoption("--receipt-tag", default="default", metavar="TAG",
+                    help="sub-folder of --receipts-dir for this run; default: %(default)r")
+    group.addoption("--no-receipt", action="store_true", default=False,
+                    help="write no receipt, partial log or npz sidecar; default: %(default)r")
+    group.addoption("--snapshot", action="append", default=[], metavar="NAME=PATH",
+                    help="use the local snapshot PATH for pin NAME, verified against the pin; repeatable; default: %(default)r")
+    group.addoption("--reference", default="torch", metavar="ENGINE",
+                    help="engine id of the reference; default: %(default)r")
+    group.addoption("--port", default="auto", metavar="ENGINE",
+                    help="engine id(s) of ports, comma-separated; 'auto' = mlx where importable, 'none' = no port; default: %(default)r")
+    group.addoption("--oracle-threads", type=int, default=0, metavar="N",
+                    help="intra-op threads for engines (torch.set_num_threads); 0 leaves the library default; default: %(default)r")
+    group.addoption("--deadline", type=float, default=None, metavar="SECONDS",
+                    help="start no new test after SECONDS from session start; the rest are listed as not run; default: %(default)r")
+    group.addoption("--resume", default=None, metavar="RECEIPT",
+                    help="a receipt or .partial.jsonl: skip the tests that passed there, carrying their records; default: %(default)r")
+
+
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name, text in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {text}")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is ever fetched from a hub at run time
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    opt = config.option
+    receipts_dir = None if opt.no_receipt else Path(opt.receipts_dir).resolve()
+    if _is_worker(config):
+        shared = config.workerinput.get("oracles", {})  # type: ignore[attr-defined]
+        state = RunState.new(receipts_dir, opt.receipt_tag, opt.deadline, controller=False,
+                             run_id=shared.get("run_id"), started_wall=shared.get("started_wall"))
+        config.stash[STATE] = state
+        return
+    state = RunState.new(receipts_dir, opt.receipt_tag, opt.deadline, controller=True)
+    if opt.resume:
+        try:
+            state.resume = load_records(Path(opt.resume))
+        except OracleError as exc:
+            raise pytest.UsageError(f"--resume: {exc}") from None
+        state.resume_path = str(opt.resume)
+    if receipts_dir is not None and not getattr(opt, "collectonly", False):
+        try:
+            state.open_partial()
+        except OracleError as exc:
+            raise pytest.UsageError(f"--receipts-dir: {exc}") from None
+    config.stash[STATE] = state
+    config.pluginmanager.register(SessionHooks(config), "oracles-session")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """xdist: hand the run id and start time to each worker so deadlines and array staging agree."""
+    state = node.config.stash[STATE]
+    node.workerinput["oracles"] = {"run_id": state.run_id, "started_wall": state.started_wall}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    state = config.stash[STATE]
+    runslow = config.getoption("runslow")
+    skip_slow = pytest.mark.skip(reason="slow: needs --runslow (loads a model or runs a long oracle)")
+    gpu_reason = None
+    for item in items:
+        if "slow" in item.keywords and not runslow:
+            item.add_marker(skip_slow)
+        if "gpu" in item.keywords:
+            if gpu_reason is None:
+                from oracles.accel import probe_accelerator
+
+                gpu_reason = probe_accelerator()
+            if gpu_reason:
+                item.add_marker(pytest.mark.skip(reason=f"gpu: no accelerator answered ({gpu_reason})"))
+        previous = state.resume.get(item.nodeid)
+        if previous is not None and previous.outcome == "passed":
+            item.add_marker(pytest.mark.skip(reason=f"resume: passed in {state.resume_path}"))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    state = session.config.stash[STATE]
+    if state.controller and not state.collected:
+        state.collected = [item.nodeid for item in session.items]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
+    state = node.config.stash[STATE]
+    if not state.collected:
+        state.collected = list(ids)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
+    """With --deadline, a test not yet started when the time is up is not run at all (no report)."""
+    if item.config.stash[STATE].past_deadline():
+        return True
+    return None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> Any:
+    outcome = yield
+    state = item.config.stash[STATE]
+    if state.pending_events:
+        report = outcome.get_result()
+        report.user_properties = [*report.user_properties, (EVENTS_KEY, list(state.pending_events))]
+        state.pending_events.clear()
+
+
+class SessionHooks:
+    """The controller's hooks that need the config but get only a report; registered per config."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        state = self.config.stash[STATE]
+        if state.controller:
+            state.on_report(report)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        config = self.config
+        state = config.stash[STATE]
+        if not state.controller or state.folder is None or state.partial is None:
+            return
+        opt = config.option
+        invocation = {"args": list(config.invocation_params.args), "markexpr": opt.markexpr or None,
+                      "keyword": opt.keyword or None, "rootdir": str(config.rootpath),
+                      "numprocesses": getattr(opt, "numprocesses", None), "runslow": opt.runslow,
+                      "reference": opt.reference, "port": opt.port, "snapshots": list(opt.snapshot),
+                      "deadline": opt.deadline}
+        receipt = state.build(invocation, environment(config.rootpath, opt.oracle_threads), int(exitstatus))
+        try:
+            state.write(receipt)
+        except OracleError as exc:
+            state.write_error = str(exc)
+        state.partial.write({"event": "end", "receipt": state.receipt_path.name if state.receipt_path else None,
+                             "error": state.write_error})
+        state.partial.close()
+
+    def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+        state = config.stash.get(STATE, None)
+        if state is None or not state.controller:
+            return
+        tr = terminalreporter
+        if state.write_error:
+            tr.write_sep("=", "oracles receipt NOT written", red=True)
+            tr.write_line(state.write_error)
+            return
+        if state.receipt is None:
+            return
+        from oracles.report import format_checks
+
+        tr.write_sep("=", "oracles receipt")
+        tr.write_line(f"receipt: {state.receipt_path}")
+        not_run = state.receipt["not_run"]
+        if not_run:
+            tr.write_line(f"not run: {len(not_run)} tests ({not_run[0]['reason']}); listed in the receipt")
+        if state.resume_path:
+            resumed = sum(1 for t in state.receipt["tests"] if t.get("resumed_from"))
+            tr.write_line(f"resumed: {resumed} tests carried over as passed from {state.resume_path}")
+        for line in format_checks(state.receipt["checks"], state.receipt["all_ok"]):
+            tr.write_line(line)
+
+
+def emit(config: pytest.Config, event: str, **fields: Any) -> None:
+    """Queue a session event (``pin_verified``, ``engine_loaded``) for the receipt.
+
+    The event rides to the controller on the report of the test whose set-up caused it, so it
+    reaches the receipt from xdist workers too.
+    """
+    from oracles.state import worker_id
+
+    config.stash[STATE].pending_events.append({"event": event, "worker": worker_id(), "at": time.time(), **fields})
+
+
+class Receipt:
+    """What the ``receipt`` fixture gives a test: attach JSON-safe data, or arrays to the npz sidecar.
+
+    ``receipt["key"] = value`` and ``receipt.update(...)`` validate at once (see
+    :func:`oracles.receipts.check_json_safe`): a set, a numpy scalar or an array raises TypeError
+    naming the key. ``receipt.array(name, a)`` stores ``a`` in the run's npz sidecar under
+    ``<test>::<name>`` and attaches its key, shape and dtype.
+    """
+
+    def __init__(self, data: dict[str, Any], staging: Path | None, nodeid: str) -> None:
+        self._data, self._staging, self._nodeid = data, staging, nodeid
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        from oracles.receipts import check_json_safe
+
+        if type(key) is not str:
+            raise TypeError(f"receipt data key {key!r} is a {type(key).__name__}, not a str")
+        check_json_safe(value, key)
+        self._data[key] = value
+
+    def __getitem__(self, key: str) -> Any:
+        return self._data[key]
+
+    def update(self, values: dict[str, Any] | None = None, **kw: Any) -> None:
+        for key, value in {**(values or {}), **kw}.items():
+            self[key] = value
+
+    def array(self, name: str, a: Any) -> None:
+        import hashlib
+
+        import numpy as np
+
+        arr = np.asarray(a)
+        key = f"{self._nodeid}::{name}"
+        safe = hashlib.sha256(key.encode()).hexdigest()[:16] + "_" + "".join(c if c.isalnum() else "_" for c in name)
+        if self._staging is not None:
+            self._staging.mkdir(parents=True, exist_ok=True)
+            np.save(self._staging / f"{safe}.npy", arr, allow_pickle=False)
+        self._data.setdefault("arrays", {})[name] = {"npz_key": safe, "shape": list(arr.shape), "dtype": arr.dtype.str}
+
+
+@pytest.fixture
+def receipt(request: pytest.FixtureRequest) -> Receipt:
+    """Attach JSON-safe data to this test's record in the session receipt (see :class:`Receipt`)."""
+    data: dict[str, Any] = {}
+    request.node.user_properties.append((DATA_KEY, data))
+    state = request.config.stash[STATE]
+    return Receipt(data, state.staging, request.node.nodeid)
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    state = config.stash.get(STATE, None)
+    if state is None or not state.controller:
+        return []
+    where = "off (--no-receipt)" if state.folder is None else f"{state.folder}/{state.stem}.json"
+    return [f"oracles: receipt {where}; python {sys.version.split()[0]}"]

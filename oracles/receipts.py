@@ -1,0 +1,303 @@
+"""Receipt records and their I/O: exclusive atomic writes, the partial JSONL, loading, npz sidecars.
+
+A receipt is one JSON file per test session, ``receipts/<tag>/<UTC time>-<run id>.json``. It is
+never overwritten: it is written to a temporary file, fsynced, then hard-linked to its final name
+(``os.link`` fails when the name exists) and the temporary name removed. Beside it a
+``.partial.jsonl`` gains one flushed line per finished test while the session runs, so a killed run
+leaves its evidence; :func:`load_records` reads either file back (for ``--resume``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from oracles.errors import FixtureError, ReceiptError
+
+SCHEMA_VERSION = 1
+
+#: Every outcome a test record can have. ``crashed``: the worker died mid-test; ``timeout``:
+#: pytest-timeout stopped it; ``not_run``: it never started (``--deadline``, or the run was cut short).
+OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed", "crashed", "timeout", "not_run")
+FAILING = frozenset({"failed", "error", "xpassed", "crashed", "timeout"})
+
+
+@dataclass
+class TestRecord:
+    """One finished test as the receipt keeps it.
+
+    ``check`` is the test function's name, ``record_id`` its parametrize id (``""`` when not
+    parametrized); ``duration`` is seconds summed over setup, call and teardown; ``data`` is what
+    the test attached through the ``receipt`` fixture.
+    """
+
+    __test__ = False  # not a pytest test class
+
+    nodeid: str
+    family: str
+    check: str
+    record_id: str
+    outcome: str
+    duration: float
+    summary: str | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+    worker: str = "main"
+    resumed_from: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, obj: Any, where: str) -> "TestRecord":
+        """Build from a dict read back from a receipt or partial line.
+
+        Raises:
+            FixtureError: naming ``where`` (file and line or index) and the missing or wrong field.
+        """
+        if not isinstance(obj, dict):
+            raise FixtureError(f"{where}: a test record must be a JSON object, got {type(obj).__name__}")
+        for key, kind in (("nodeid", str), ("outcome", str)):
+            if not isinstance(obj.get(key), kind):
+                raise FixtureError(f"{where}: field {key!r} is missing or not a {kind.__name__}")
+        if obj["outcome"] not in OUTCOMES:
+            raise FixtureError(f"{where}: field 'outcome' is {obj['outcome']!r}, not one of {', '.join(OUTCOMES)}")
+        known = {f for f in cls.__dataclass_fields__}
+        check, record_id = split_nodeid(obj["nodeid"])
+        values = {"family": "unit", "check": check, "record_id": record_id, "duration": 0.0}
+        values.update({k: v for k, v in obj.items() if k in known})
+        return cls(**values)
+
+
+def split_nodeid(nodeid: str) -> tuple[str, str]:
+    """``"tests/x.py::test_a[ping-torch]"`` -> ``("test_a", "ping-torch")``; no brackets -> id ``""``."""
+    last = nodeid.rsplit("::", 1)[-1]
+    match = re.fullmatch(r"([^\[]+)(?:\[(.*)\])?", last, flags=re.S)
+    if match is None:
+        return last, ""
+    return match.group(1), match.group(2) or ""
+
+
+def checks_table(records: Iterable[TestRecord]) -> dict[str, dict[str, Any]]:
+    """The ``{check: {ok, passed, failed: [record ids], skipped, family}}`` table of a run.
+
+    ``ok`` is True when at least one record passed (or xfailed as declared) and none failed, False
+    when any record failed in any way (see :data:`FAILING`), and None when nothing ran (all skipped
+    or not run). A check name used by two modules is qualified as ``module::name``. The table does not
+    depend on test order, so an ``-n 2`` run gives the same table as a serial one.
+    """
+    records = list(records)
+    modules: dict[str, set[str]] = {}
+    for r in records:
+        modules.setdefault(r.check, set()).add(r.nodeid.split("::", 1)[0])
+    table: dict[str, dict[str, Any]] = {}
+    for r in sorted(records, key=lambda r: r.nodeid):
+        key = r.check if len(modules[r.check]) == 1 else f"{Path(r.nodeid.split('::', 1)[0]).stem}::{r.check}"
+        row = table.setdefault(key, {"family": r.family, "ok": None, "passed": 0, "failed": [], "skipped": 0})
+        label = r.record_id or r.nodeid
+        if r.outcome in FAILING:
+            row["failed"].append(label)
+        elif r.outcome in ("passed", "xfailed"):
+            row["passed"] += 1
+        else:
+            row["skipped"] += 1
+    for row in table.values():
+        row["ok"] = False if row["failed"] else (True if row["passed"] else None)
+    return dict(sorted(table.items()))
+
+
+def all_ok(table: Mapping[str, Mapping[str, Any]]) -> bool:
+    """True when no check failed and at least one check passed."""
+    oks = [row["ok"] for row in table.values()]
+    return False not in oks and True in oks
+
+
+# ---------------------------------------------------------------------------------------------
+# JSON safety of attached data
+
+
+def check_json_safe(value: Any, key: str) -> None:
+    """Refuse anything that would not round-trip through strict JSON, naming the key path.
+
+    Allowed: None, bool, int, finite float, str, list/tuple of allowed, dict with str keys.
+    Refused: sets, numpy scalars and arrays (use ``int()``/``float()`` or ``receipt.array``),
+    NaN/inf, bytes, any other object.
+
+    Raises:
+        TypeError: ``"receipt data 'key.sub[3]': ..."`` naming where the bad value sits.
+    """
+    kind = type(value)
+    if value is None or kind in (bool, int, str):
+        return
+    if kind is float:
+        if not math.isfinite(value):
+            raise TypeError(f"receipt data {key!r}: float {value!r} is not finite and has no JSON form")
+        return
+    if kind in (list, tuple):
+        for i, item in enumerate(value):
+            check_json_safe(item, f"{key}[{i}]")
+        return
+    if kind is dict:
+        for k, item in value.items():
+            if type(k) is not str:
+                raise TypeError(f"receipt data {key!r}: dict key {k!r} is a {type(k).__name__}, not a str")
+            check_json_safe(item, f"{key}.{k}")
+        return
+    module = kind.__module__.split(".")[0]
+    if module == "numpy" and getattr(value, "ndim", 0) == 0:
+        hint = "a numpy scalar; convert with int() or float()"
+    elif hasattr(value, "shape") and hasattr(value, "dtype"):
+        hint = "an array; attach it with receipt.array(name, a), which writes the npz sidecar"
+    elif kind in (set, frozenset):
+        hint = "a set; JSON has no sets, attach sorted(list(...))"
+    else:
+        hint = f"a {module}.{kind.__qualname__}, which JSON cannot hold"
+    raise TypeError(f"receipt data {key!r}: refused {hint}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Files
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_exclusive(path: Path, data: bytes) -> None:
+    """Create ``path`` with ``data``: temporary file, fsync, hard link to the final name, unlink.
+
+    The final name appears whole or not at all and is never overwritten.
+
+    Raises:
+        ReceiptError: when ``path`` exists or its folder cannot be written; no file is left behind.
+    """
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "xb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.link(tmp, path)
+    except FileExistsError as exc:
+        raise ReceiptError(f"{path}: already exists; receipts are never overwritten") from exc
+    except OSError as exc:
+        raise ReceiptError(f"{path}: cannot be written: {exc.strerror or exc}") from exc
+    finally:
+        tmp.unlink(missing_ok=True)
+    fsync_dir(path.parent)
+
+
+def dump_json(obj: Any) -> bytes:
+    """Strict JSON (no NaN), two-space indent, UTF-8."""
+    return (json.dumps(obj, indent=2, allow_nan=False, ensure_ascii=False) + "\n").encode()
+
+
+class PartialLog:
+    """The ``.partial.jsonl`` beside a receipt: opened exclusively, one flushed line per finished test.
+
+    Lines are flushed to the OS at once, so they survive the process being killed; the file is
+    fsynced when closed.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            self._fh = open(path, "x", encoding="utf-8")
+        except OSError as exc:
+            raise ReceiptError(f"{path}: cannot be created: {exc.strerror or exc}") from exc
+
+    def write(self, obj: Mapping[str, Any]) -> None:
+        self._fh.write(json.dumps(obj, allow_nan=False, ensure_ascii=False, separators=(",", ":")) + "\n")
+        self._fh.flush()
+
+    def close(self) -> None:
+        if not self._fh.closed:
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+            self._fh.close()
+
+
+def load_json(path: Path) -> Any:
+    """Read a JSON file; a syntax error names the file and line.
+
+    Raises:
+        FixtureError: ``"<path>:<line>:<col>: <msg>"`` or ``"<path>: cannot be read: ..."``.
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise FixtureError(f"{path}: cannot be read: {exc.strerror or exc}") from exc
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise FixtureError(f"{path}:{exc.lineno}:{exc.colno}: not valid JSON: {exc.msg}") from exc
+
+
+def load_records(path: Path) -> dict[str, TestRecord]:
+    """Test records by nodeid from a receipt (``.json``) or a partial log (``.partial.jsonl``).
+
+    A partial log's torn last line (a run killed mid-write) is ignored; any other bad line is an error.
+
+    Raises:
+        FixtureError: naming the file and line (partial) or test index (receipt) and the field.
+    """
+    path = Path(path)
+    out: dict[str, TestRecord] = {}
+    if path.name.endswith(".jsonl"):
+        try:
+            lines = path.read_text(encoding="utf-8").split("\n")
+        except OSError as exc:
+            raise FixtureError(f"{path}: cannot be read: {exc.strerror or exc}") from exc
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                if number == len(lines):  # torn final line of a killed run: no newline after it
+                    break
+                raise FixtureError(f"{path}:{number}: not valid JSON: {exc.msg}") from exc
+            if isinstance(obj, dict) and obj.get("event", "test") != "test":
+                continue
+            rec = TestRecord.from_json(obj, f"{path}:{number}")
+            out[rec.nodeid] = rec
+        return out
+    receipt = load_json(path)
+    if not isinstance(receipt, dict) or not isinstance(receipt.get("tests"), list):
+        raise FixtureError(f"{path}: not a receipt: field 'tests' is missing or not a list")
+    for i, obj in enumerate(receipt["tests"]):
+        rec = TestRecord.from_json(obj, f"{path}: tests[{i}]")
+        out[rec.nodeid] = rec
+    return out
+
+
+def pack_arrays(staging: Path, npz: Path) -> int:
+    """Pack every ``*.npy`` in ``staging`` into one npz sidecar, written exclusively; remove staging.
+
+    Returns the number of arrays packed (0 writes no file).
+
+    Raises:
+        ReceiptError: when ``npz`` exists or cannot be written.
+    """
+    import io
+
+    import numpy as np
+
+    files = sorted(staging.glob("*.npy")) if staging.is_dir() else []
+    if files:
+        buf = io.BytesIO()
+        np.savez(buf, **{f.stem: np.load(f, allow_pickle=False) for f in files})
+        write_exclusive(npz, buf.getvalue())
+    for f in files:
+        f.unlink()
+    if staging.is_dir():
+        staging.rmdir()
+    return len(files)

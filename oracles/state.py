@@ -1,0 +1,270 @@
+"""The session state the plugin keeps on ``config.stash``, and the turning of reports into records.
+
+The controller (the only process in a serial run, the xdist controller with ``-n N``) owns a
+:class:`RunState`: it turns test reports into :class:`~oracles.receipts.TestRecord` s, appends each
+to the partial log, and at the end builds the receipt. Workers own a RunState too, but use it only
+to queue session events (pin verified, engine loaded) that ride to the controller on test reports.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import secrets
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from oracles.receipts import (
+    SCHEMA_VERSION,
+    PartialLog,
+    TestRecord,
+    all_ok,
+    checks_table,
+    dump_json,
+    pack_arrays,
+    split_nodeid,
+    write_exclusive,
+)
+
+#: Family markers in the order a test's family is chosen when it carries several.
+FAMILIES = ("mtplx_chat", "mtplx", "d1", "clef", "cohort", "port")
+#: The user_properties keys this plugin uses on reports.
+DATA_KEY = "oracles.data"
+EVENTS_KEY = "oracles.events"
+TIMEOUT_MARK = "Timeout (>"  # pytest-timeout's failure text: "Failed: Timeout (>Ns) from pytest-timeout."
+
+VERSIONED = ("python", "numpy", "torch", "transformers", "tokenizers", "safetensors", "mlx", "mlx-lm",
+             "pytest", "pytest-xdist", "pytest-timeout", "pytest-oracles")
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def worker_id() -> str:
+    return os.environ.get("PYTEST_XDIST_WORKER", "main")
+
+
+def environment(rootdir: Path, threads: int) -> dict[str, Any]:
+    """Versions (from package metadata, importing nothing heavy), threads, machine and git state."""
+    versions: dict[str, str | None] = {"python": platform.python_version()}
+    for name in VERSIONED[1:]:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    env_threads = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                                                   "OPENBLAS_CORETYPE", "VECLIB_MAXIMUM_THREADS")}
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", "-C", str(rootdir), *args], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no") if commit else None
+    return {
+        "versions": versions,
+        "threads": {"oracle_threads": threads, "cpu_count": os.cpu_count(), **env_threads},
+        "machine": {"system": platform.system(), "release": platform.release(), "machine": platform.machine(),
+                    "processor": platform.processor(), "node": platform.node()},
+        "git": {"commit": commit, "dirty": None if status is None else bool(status)},
+        "executable": sys.executable,
+    }
+
+
+@dataclass
+class RunState:
+    """Everything one session knows about its receipt; kept on ``config.stash``."""
+
+    run_id: str
+    started_wall: float
+    started: str
+    receipts_dir: Path | None  # None: --no-receipt
+    tag: str
+    deadline: float | None
+    controller: bool
+    resume: dict[str, TestRecord] = field(default_factory=dict)
+    resume_path: str | None = None
+    pending_events: list[dict[str, Any]] = field(default_factory=list)  # worker side, drained per report
+    events: list[dict[str, Any]] = field(default_factory=list)  # controller side, every event seen
+    records: dict[str, TestRecord] = field(default_factory=dict)
+    open_reports: dict[str, list[Any]] = field(default_factory=dict)
+    collected: list[str] = field(default_factory=list)
+    partial: PartialLog | None = None
+    receipt_path: Path | None = None
+    receipt: dict[str, Any] | None = None
+    write_error: str | None = None
+
+    @classmethod
+    def new(cls, receipts_dir: Path | None, tag: str, deadline: float | None, controller: bool,
+            run_id: str | None = None, started_wall: float | None = None) -> "RunState":
+        started_wall = time.time() if started_wall is None else started_wall
+        return cls(run_id=run_id or secrets.token_hex(4), started_wall=started_wall,
+                   started=datetime.fromtimestamp(started_wall, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+                   receipts_dir=receipts_dir, tag=tag, deadline=deadline, controller=controller)
+
+    # -- paths -------------------------------------------------------------------------------
+    @property
+    def stem(self) -> str:
+        stamp = datetime.fromtimestamp(self.started_wall, timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        return f"{stamp}-{self.run_id}"
+
+    @property
+    def folder(self) -> Path | None:
+        return None if self.receipts_dir is None else self.receipts_dir / self.tag
+
+    @property
+    def staging(self) -> Path | None:
+        return None if self.folder is None else self.folder / f".{self.stem}.arrays"
+
+    def open_partial(self) -> None:
+        """Create the receipt folder and the partial log (exclusively). Raises ReceiptError."""
+        assert self.folder is not None
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            from oracles.errors import ReceiptError
+
+            raise ReceiptError(f"{self.folder}: receipts folder cannot be created: {exc.strerror or exc}") from exc
+        self.partial = PartialLog(self.folder / f"{self.stem}.partial.jsonl")
+        self.partial.write({"event": "start", "run_id": self.run_id, "started": self.started})
+
+    # -- deadline ----------------------------------------------------------------------------
+    def past_deadline(self) -> bool:
+        return self.deadline is not None and time.time() - self.started_wall > self.deadline
+
+    # -- reports -> records ------------------------------------------------------------------
+    def on_report(self, report: Any) -> TestRecord | None:
+        """Take one phase report; return the finished record after its last phase, else None."""
+        for name, value in getattr(report, "user_properties", ()):
+            if name == EVENTS_KEY:
+                self.events.extend(value)
+        self.open_reports.setdefault(report.nodeid, []).append(report)
+        if report.when not in ("teardown", "???"):
+            return None
+        record = self._record(report.nodeid, self.open_reports.pop(report.nodeid))
+        self.records[record.nodeid] = record
+        if self.partial is not None:
+            self.partial.write({"event": "test", **record.to_json()})
+        return record
+
+    def _record(self, nodeid: str, reports: list[Any]) -> TestRecord:
+        check, record_id = split_nodeid(nodeid)
+        keywords = getattr(reports[-1], "keywords", {}) or {}
+        family = next((f for f in FAMILIES if f in keywords), "unit")
+        data: dict[str, Any] = {}
+        for rep in reports:
+            for name, value in getattr(rep, "user_properties", ()):
+                if name == DATA_KEY:
+                    data = value
+        outcome, summary = "passed", None
+        for rep in reports:
+            if rep.when == "???":
+                outcome, summary = "crashed", _summary(rep) or "worker crashed while running this test"
+                break
+            wasxfail = hasattr(rep, "wasxfail")
+            if rep.failed:
+                text = _summary(rep)
+                if rep.when == "call":
+                    outcome = "timeout" if text and TIMEOUT_MARK in text else "failed"
+                elif outcome == "passed" or rep.when == "setup":
+                    outcome = "error"
+                summary = summary or text
+            elif rep.skipped and rep.when in ("setup", "call"):
+                outcome = "xfailed" if wasxfail else "skipped"
+                summary = rep.wasxfail if wasxfail else _summary(rep)
+            elif rep.when == "call" and wasxfail:
+                outcome = "xpassed"
+        record = TestRecord(nodeid=nodeid, family=family, check=check, record_id=record_id, outcome=outcome,
+                            duration=round(sum(getattr(r, "duration", 0.0) or 0.0 for r in reports), 6),
+                            summary=summary, data=data, worker=_worker_of(reports[-1]))
+        previous = self.resume.get(nodeid)
+        if outcome == "skipped" and previous is not None and previous.outcome == "passed":
+            record = TestRecord(**{**previous.to_json(), "resumed_from": self.resume_path})
+        return record
+
+    # -- the receipt -------------------------------------------------------------------------
+    def build(self, invocation: dict[str, Any], env: dict[str, Any], exitstatus: int) -> dict[str, Any]:
+        not_run = [n for n in self.collected if n not in self.records]
+        reason = "deadline passed" if self.past_deadline() else "session ended before it ran"
+        for nodeid in not_run:
+            check, record_id = split_nodeid(nodeid)
+            self.records[nodeid] = TestRecord(nodeid=nodeid, family="unit", check=check, record_id=record_id,
+                                              outcome="not_run", duration=0.0, summary=reason)
+        records = sorted(self.records.values(), key=lambda r: r.nodeid)
+        table = checks_table(records)
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "run_id": self.run_id,
+            "started": self.started,
+            "finished": utc_now(),
+            "seconds": round(time.time() - self.started_wall, 3),
+            "exitstatus": int(exitstatus),
+            "invocation": invocation,
+            "environment": env,
+            "pins": _pins(self.events),
+            "engines": _engines(self.events),
+            "resumed_from": self.resume_path,
+            "not_run": [{"nodeid": n, "reason": reason} for n in not_run],
+            "tests": [r.to_json() for r in records],
+            "checks": table,
+            "all_ok": all_ok(table),
+        }
+
+    def write(self, receipt: dict[str, Any]) -> Path:
+        """Pack arrays, then write the receipt exclusively. Raises ReceiptError."""
+        assert self.folder is not None and self.staging is not None
+        npz = self.folder / f"{self.stem}.npz"
+        if pack_arrays(self.staging, npz):
+            receipt["arrays"] = npz.name
+        path = self.folder / f"{self.stem}.json"
+        write_exclusive(path, dump_json(receipt))
+        self.receipt_path, self.receipt = path, receipt
+        return path
+
+
+def _summary(rep: Any) -> str | None:
+    longrepr = getattr(rep, "longrepr", None)
+    if longrepr is None:
+        return None
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:  # a skip: (file, line, reason)
+        return str(longrepr[2])
+    crash = getattr(longrepr, "reprcrash", None)
+    text = crash.message if crash is not None else str(longrepr)
+    return text[:4000]
+
+
+def _worker_of(rep: Any) -> str:
+    node = getattr(rep, "node", None)
+    gateway = getattr(node, "gateway", None)
+    return getattr(gateway, "id", None) or worker_id()
+
+
+def _pins(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    seen: dict[tuple[str, str], dict[str, Any]] = {}
+    for e in events:
+        if e.get("event") == "pin_verified":
+            seen.setdefault((e["name"], e["worker"]), {k: v for k, v in e.items() if k != "event"})
+    return list(seen.values())
+
+
+def _engines(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (engine, pin, worker): how often it was loaded and the seconds each load took."""
+    rows: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for e in events:
+        if e.get("event") == "engine_loaded":
+            row = rows.setdefault((e["name"], e["pin"], e["worker"]), {
+                "name": e["name"], "pin": e["pin"], "worker": e["worker"], "load_count": 0, "seconds": [],
+                **{k: v for k, v in e.items() if k not in ("event", "name", "pin", "worker", "seconds")}})
+            row["load_count"] += 1
+            row["seconds"].append(e["seconds"])
+    return list(rows.values())

@@ -1,0 +1,80 @@
+"""Forward oracle on the chat prompt records: ids, prefill logits fingerprints and argmax,
+finiteness, and the head re-run (lm_head on the captured final-norm hidden states).
+
+Runs on the reference and on every port (``engine_id``); each prefill runs once per session.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+
+from oracles.checks.exact import assert_ids_equal, assert_within, diff
+from oracles.families.mtplx import PromptRecord, load_prompts
+from oracles.fingerprint import as_f4, fingerprint, row_fingerprints
+
+pytestmark = [pytest.mark.mtplx, pytest.mark.slow, pytest.mark.xdist_group("mtplx")]
+
+PROMPTS = load_prompts()
+
+#: lm_head re-run tolerance. The re-run multiplies the same float32 hidden rows by the same weight;
+#: only the BLAS blocking may differ with the row count, which reorders the 576-term dot products.
+#: That moves a logit of magnitude <= 32 by a few float32 ULPs (ULP(32) = 3.8e-6), so 1e-5 allows
+#: reordering and nothing more; bit equality is recorded beside it.
+HEAD_RERUN_ATOL = 1e-5
+
+
+@pytest.fixture(params=PROMPTS, ids=[p.id for p in PROMPTS])
+def record(request: pytest.FixtureRequest) -> PromptRecord:
+    return request.param
+
+
+@pytest.fixture
+def engine(engines: Callable[..., Any], engine_id: str) -> Any:
+    return engines(engine_id)
+
+
+def prefill(runs: Callable[..., Any], engine: Any, record: PromptRecord) -> Any:
+    return runs(("prefill", engine.id, record.id), lambda: engine.forward(list(record.ids)))
+
+
+def test_chat_template_ids(engine: Any, record: PromptRecord, receipt: Any) -> None:
+    """The engine's chat template gives the committed ids (apply_chat_template with the generation prompt)."""
+    ids = engine.chat_ids(record.message_list)
+    receipt.update(request_sha256=record.sha256, token_count=len(ids), ids=ids)
+    assert_ids_equal(ids, list(record.ids), f"{record.id}: chat-template ids vs fixtures/records/mtplx/prompts.json")
+
+
+def test_prefill_finite(runs: Callable[..., Any], engine: Any, record: PromptRecord, receipt: Any) -> None:
+    """Every prefill logit and final-norm hidden value is finite (first bad position named)."""
+    step = prefill(runs, engine, record)
+    as_f4(step.logits, f"{record.id}: prefill logits [T, V]")
+    as_f4(step.hidden, f"{record.id}: final-norm hidden states [T, D]")
+    assert step.logits.shape == (len(record.ids), engine.vocab_size), f"{record.id}: logits shape {step.logits.shape}"
+    assert step.hidden.shape == (len(record.ids), engine.hidden_size), f"{record.id}: hidden shape {step.hidden.shape}"
+    receipt.update(logits_shape=list(step.logits.shape), hidden_shape=list(step.hidden.shape))
+
+
+def test_prefill_fingerprints(runs: Callable[..., Any], engine: Any, record: PromptRecord, receipt: Any) -> None:
+    """Per-row sha256 of the prefill logits, their argmax, and whole-array fingerprints, recorded."""
+    step = prefill(runs, engine, record)
+    rows = row_fingerprints(step.logits, f"{record.id}: prefill logits")
+    argmax = [int(i) for i in step.logits.argmax(axis=-1)]
+    assert len(rows) == len(record.ids) == len(argmax)
+    assert len(set(rows)) > 1 or len(rows) == 1, f"{record.id}: every logits row is identical, the forward ignored its input"
+    receipt.update(request_sha256=record.sha256, row_sha256=rows, argmax=argmax,
+                   logits=dict(fingerprint(step.logits)), hidden=dict(fingerprint(step.hidden)),
+                   next_token=argmax[-1], next_token_text=engine.decode([argmax[-1]]))
+
+
+def test_head_rerun(runs: Callable[..., Any], engine: Any, record: PromptRecord, receipt: Any) -> None:
+    """lm_head on the captured final-norm hidden states reproduces the prefill logits."""
+    step = prefill(runs, engine, record)
+    again = engine.lm_head(step.hidden)
+    exact = diff(again, step.logits)
+    receipt.update(bit_equal=exact.equal, mismatches=exact.mismatches, max_abs=exact.max_abs, max_ulp=exact.max_ulp,
+                   atol=HEAD_RERUN_ATOL)
+    assert_within(again, step.logits, HEAD_RERUN_ATOL, f"{record.id}: lm_head(final-norm hidden) vs prefill logits")
+    assert np.array_equal(again.argmax(-1), step.logits.argmax(-1)), f"{record.id}: head re-run changed an argmax"
