@@ -87,7 +87,7 @@ class TorchReference:
                              f"{self.max_context} (max_position_embeddings of {self.pin})")
         self._captured.clear()
         x = torch.tensor([list(ids)], dtype=torch.long)
-        out = self.model(input_ids=x, past_key_values=cache, use_cache=cache is not None)
+        out = self.model(input_ids=x, cache=cache, use_cache=cache is not None)
         hidden = self._captured[-1][0]
         self._captured.clear()
         return Step(logits=out.logits[0].float().numpy().copy(), hidden=hidden.float().numpy().copy())

