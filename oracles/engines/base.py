@@ -87,8 +87,12 @@ class Engine(Protocol):
         """An empty KV cache for :meth:`forward`."""
         ...
 
-    def forward(self, ids: Sequence[int], cache: Any | None = None) -> Step:
-        """Run ``ids`` after what ``cache`` holds (appending to it); ``cache=None`` is a cold prefill."""
+    def forward(self, ids: Sequence[int], cache: Any | None = None, keep: int = 0) -> Step:
+        """Run ``ids`` after what ``cache`` holds (appending to it); ``cache=None`` is a cold prefill.
+
+        ``keep > 0`` returns logits and hidden states of the last ``keep`` positions only (a long
+        prefill's full ``[T, V]`` logits can be gigabytes); ``keep == 0`` returns every position.
+        """
         ...
 
     def lm_head(self, hidden: np.ndarray) -> np.ndarray:

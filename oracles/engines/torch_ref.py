@@ -78,7 +78,7 @@ class TorchReference:
         return int(cache.get_seq_length()) if cache is not None else 0
 
     @torch.inference_mode()
-    def forward(self, ids: Sequence[int], cache: Any | None = None) -> Step:
+    def forward(self, ids: Sequence[int], cache: Any | None = None, keep: int = 0) -> Step:
         if len(ids) == 0:
             raise ValueError("forward: no token ids")
         start = self.cache_length(cache)
@@ -87,8 +87,10 @@ class TorchReference:
                              f"{self.max_context} (max_position_embeddings of {self.pin})")
         self._captured.clear()
         x = torch.tensor([list(ids)], dtype=torch.long)
-        out = self.model(input_ids=x, cache=cache, use_cache=cache is not None)
+        out = self.model(input_ids=x, cache=cache, use_cache=cache is not None, logits_to_keep=keep)
         hidden = self._captured[-1][0]
+        if keep:
+            hidden = hidden[-keep:]
         self._captured.clear()
         return Step(logits=out.logits[0].float().numpy().copy(), hidden=hidden.float().numpy().copy())
 
