@@ -18,6 +18,9 @@ from oracles.errors import OracleError
 from oracles.pins import DEFAULT_PIN, load_pin, parse_snapshot_options, snapshot_dir, verify_snapshot
 from oracles.plugin import emit
 
+# tests/unit drive the plugin through pytester; pytest refuses pytest_plugins in a non-root conftest.
+pytest_plugins = ["pytester"]
+
 
 def engine_ids(config: pytest.Config) -> list[str]:
     """The reference's engine id, then each port's (``--reference``, ``--port``)."""
