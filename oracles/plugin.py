@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from oracles.errors import OracleError
+from oracles.pins import parse_snapshot_options
 from oracles.receipts import load_records
 from oracles.state import DATA_KEY, EVENTS_KEY, RunState, environment
 
@@ -66,6 +67,10 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is ever fetched from a hub at run time
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     opt = config.option
+    try:  # a bad --snapshot stops the run here, not only when some test first asks for that pin
+        parse_snapshot_options(list(opt.snapshot))
+    except OracleError as exc:
+        raise pytest.UsageError(str(exc)) from None
     receipts_dir = None if opt.no_receipt else Path(opt.receipts_dir).resolve()
     if _is_worker(config):
         shared = config.workerinput.get("oracles", {})  # type: ignore[attr-defined]
