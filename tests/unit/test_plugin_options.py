@@ -1,0 +1,147 @@
+"""The plugin's options and markers, driven through pytester in-process (fast, no weights)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from typing import Any, Callable
+
+pytestmark = pytest.mark.dry
+
+#: The markers issue 2 asks for, each of which must be registered with a description.
+ISSUE_MARKERS = ("dry", "slow", "gpu", "mtplx", "mtplx_chat", "d1", "clef", "cohort", "port")
+
+SLOW_SUITE = """
+import pytest
+
+@pytest.mark.slow
+def test_heavy():
+    pass
+
+def test_light():
+    pass
+"""
+
+
+def test_slow_skipped_without_runslow(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(SLOW_SUITE)
+    result = pytester.runpytest("-rs", "--no-receipt")
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["SKIPPED [[]1[]] *.py:3: slow: needs --runslow*"])  # line 3: test_heavy
+
+
+def test_slow_runs_with_runslow(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(SLOW_SUITE)
+    result = pytester.runpytest("--runslow", "--no-receipt")
+    result.assert_outcomes(passed=2)
+
+
+def test_markers_listed_with_descriptions(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--markers")
+    assert result.ret == 0
+    lines = result.stdout.lines
+    for name in ISSUE_MARKERS:
+        found = [ln for ln in lines if ln.startswith(f"@pytest.mark.{name}:")]
+        assert len(found) == 1, f"marker {name!r} listed {len(found)} times in --markers"
+        description = found[0].split(":", 1)[1].strip()
+        assert len(description) > 10, f"marker {name!r} has no real description: {found[0]!r}"
+
+
+def test_unregistered_marker_refused(pytester: pytest.Pytester) -> None:
+    """--strict-markers (as pytest.ini sets) refuses a typo'd family marker; ours pass."""
+    pytester.makepyfile("""
+        import pytest
+
+        @pytest.mark.mtplx_chat
+        @pytest.mark.cohort
+        def test_ok():
+            pass
+
+        @pytest.mark.mtplxchat
+        def test_typo():
+            pass
+    """)
+    result = pytester.runpytest("--strict-markers", "--no-receipt")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["*'mtplxchat' not found in `markers` configuration option*"])
+
+
+def test_gpu_skip_names_what_was_probed(pytester: pytest.Pytester) -> None:
+    from oracles.accel import probe_accelerator
+
+    if probe_accelerator() is None:
+        pytest.skip("an accelerator answers on this machine: gpu tests run here")
+    pytester.makepyfile("""
+        import pytest
+
+        @pytest.mark.gpu
+        def test_on_gpu():
+            pass
+    """)
+    result = pytester.runpytest("-rs", "--no-receipt")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["SKIPPED*gpu: no accelerator answered (CUDA:*Metal:*)*"])
+
+
+def test_no_receipt_writes_nothing(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("""
+        import numpy as np
+
+        def test_attach(receipt):
+            receipt["n"] = 3
+            receipt.array("a", np.zeros(4, dtype=np.float32))
+    """)
+    result = pytester.runpytest("--no-receipt", "--receipts-dir", "out")
+    result.assert_outcomes(passed=1)
+    assert not (pytester.path / "out").exists()
+    assert not (pytester.path / "receipts").exists()
+    assert "oracles receipt" not in result.stdout.str()
+
+
+def test_receipts_dir_that_is_a_file_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    """An unwritable receipts folder (here: the path is an existing file) stops the run at once, in one line."""
+    pytester.makepyfile("def test_a():\n    pass\n")
+    blocker = pytester.path / "blocked"
+    blocker.write_text("not a folder")
+    result = pytester.runpytest("--receipts-dir", str(blocker))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    errors = [ln for ln in result.stderr.lines if ln.startswith("ERROR:")]
+    assert len(errors) == 1, result.stderr.str()
+    assert "--receipts-dir" in errors[0] and str(blocker) in errors[0] and "Not a directory" in errors[0], errors[0]
+    assert blocker.read_text() == "not a folder"
+    assert result.stdout.str().count("passed") == 0
+
+
+def test_tag_folder_that_is_a_file_is_a_usage_error(pytester: pytest.Pytester, receipt_files: Callable[..., Any]) -> None:
+    pytester.makepyfile("def test_a():\n    pass\n")
+    (pytester.path / "out").mkdir()
+    (pytester.path / "out" / "mine").write_text("x")
+    result = pytester.runpytest("--receipts-dir", "out", "--receipt-tag", "mine")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --receipts-dir: *out/mine*cannot be created*"])
+    assert receipt_files(pytester.path / "out")["json"] == []
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("no-such-pin=/tmp/x", "*unknown pin 'no-such-pin'; known pins: *smollm2-135m-instruct*"),
+    ("smollm2-135m-instruct", "*'smollm2-135m-instruct': expected NAME=PATH*"),
+])
+def test_bad_snapshot_option_is_a_usage_error(pytester: pytest.Pytester, value: str, expected: str,
+                                               receipt_files: Callable[..., Any]) -> None:
+    """A bad --snapshot is refused before any test runs, even when no test asks for a snapshot."""
+    pytester.makepyfile("def test_a():\n    pass\n")
+    result = pytester.runpytest("--snapshot", value, "--receipts-dir", "out")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    errors = [ln for ln in result.stderr.lines if ln.startswith("ERROR:")]
+    assert len(errors) == 1, result.stderr.str()
+    result.stderr.fnmatch_lines([f"ERROR: --snapshot{expected}"])
+    assert receipt_files(pytester.path / "out")["json"] == []
+
+
+def test_receipt_header_names_the_target(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_a():\n    pass\n")
+    result = pytester.runpytest("--receipts-dir", "out", "--receipt-tag", "t1")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([f"oracles: receipt {Path(pytester.path, 'out', 't1')}/*.json; python *"])
