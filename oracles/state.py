@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from oracles.errors import OracleError
 from oracles.receipts import (
     SCHEMA_VERSION,
     PartialLog,
@@ -227,7 +228,12 @@ class RunState:
         if pack_arrays(self.staging, npz):
             receipt["arrays"] = npz.name
         path = self.folder / f"{self.stem}.json"
-        write_exclusive(path, dump_json(receipt))
+        try:
+            write_exclusive(path, dump_json(receipt))
+        except OracleError:
+            if "arrays" in receipt:  # ours (pack_arrays creates it exclusively): no sidecar without its receipt
+                npz.unlink(missing_ok=True)
+            raise
         self.receipt_path, self.receipt = path, receipt
         return path
 
