@@ -242,8 +242,8 @@ def _summary(rep: Any) -> str | None:
     longrepr = getattr(rep, "longrepr", None)
     if longrepr is None:
         return None
-    if isinstance(longrepr, tuple) and len(longrepr) == 3:  # a skip: (file, line, reason)
-        return str(longrepr[2])
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:  # a skip: (file, line, "Skipped: reason")
+        return str(longrepr[2]).removeprefix("Skipped: ")
     crash = getattr(longrepr, "reprcrash", None)
     text = crash.message if crash is not None else str(longrepr)
     return text[:4000]
