@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -74,12 +73,22 @@ class TestRecord:
 
 
 def split_nodeid(nodeid: str) -> tuple[str, str]:
-    """``"tests/x.py::test_a[ping-torch]"`` -> ``("test_a", "ping-torch")``; no brackets -> id ``""``."""
-    last = nodeid.rsplit("::", 1)[-1]
-    match = re.fullmatch(r"([^\[]+)(?:\[(.*)\])?", last, flags=re.S)
-    if match is None:
-        return last, ""
-    return match.group(1), match.group(2) or ""
+    """``"tests/x.py::test_a[ping-torch]"`` -> ``("test_a", "ping-torch")``; no brackets -> id ``""``.
+
+    The parametrize id is everything inside the first ``[`` after the function name and the final
+    ``]``, so ids holding ``::`` or brackets (``test_a[x::y]``, ``test_a[a[1]]``) stay whole.
+    """
+    base, bracket, rest = nodeid.partition("[")
+    check = base.rsplit("::", 1)[-1]
+    if bracket and rest.endswith("]"):
+        return check, rest[:-1]
+    return check, ""
+
+
+def _owner(nodeid: str) -> str:
+    """What holds the test function: ``"tests/x.py::TestA::test_b[p]"`` -> ``"x::TestA"``."""
+    parts = nodeid.partition("[")[0].split("::")[:-1]
+    return "::".join([Path(parts[0]).stem, *parts[1:]]) if parts else ""
 
 
 def checks_table(records: Iterable[TestRecord]) -> dict[str, dict[str, Any]]:
@@ -87,16 +96,17 @@ def checks_table(records: Iterable[TestRecord]) -> dict[str, dict[str, Any]]:
 
     ``ok`` is True when at least one record passed (or xfailed as declared) and none failed, False
     when any record failed in any way (see :data:`FAILING`), and None when nothing ran (all skipped
-    or not run). A check name used by two modules is qualified as ``module::name``. The table does not
-    depend on test order, so an ``-n 2`` run gives the same table as a serial one.
+    or not run). A check name used by two modules or classes is qualified by its owner, as
+    ``module::name`` or ``module::Class::name``. The table does not depend on test order, so an
+    ``-n 2`` run gives the same table as a serial one.
     """
     records = list(records)
-    modules: dict[str, set[str]] = {}
+    owners: dict[str, set[str]] = {}
     for r in records:
-        modules.setdefault(r.check, set()).add(r.nodeid.split("::", 1)[0])
+        owners.setdefault(r.check, set()).add(_owner(r.nodeid))
     table: dict[str, dict[str, Any]] = {}
     for r in sorted(records, key=lambda r: r.nodeid):
-        key = r.check if len(modules[r.check]) == 1 else f"{Path(r.nodeid.split('::', 1)[0]).stem}::{r.check}"
+        key = r.check if len(owners[r.check]) == 1 else f"{_owner(r.nodeid)}::{r.check}"
         row = table.setdefault(key, {"family": r.family, "ok": None, "passed": 0, "failed": [], "skipped": 0})
         label = r.record_id or r.nodeid
         if r.outcome in FAILING:
