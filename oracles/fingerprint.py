@@ -30,13 +30,15 @@ def as_f4(a: Any, name: str = "array") -> np.ndarray:
     Raises:
         NonFiniteError: when any value is NaN or +-inf; the message gives the count and the first index.
     """
-    arr = np.ascontiguousarray(np.asarray(a), dtype="<f4")
+    with np.errstate(over="ignore"):  # a float64 beyond float32's range becomes inf, refused just below
+        arr = np.ascontiguousarray(np.asarray(a), dtype="<f4")
     finite = np.isfinite(arr)
     if not finite.all():
         bad = np.argwhere(~finite)
         first = tuple(int(i) for i in bad[0])
         raise NonFiniteError(
-            f"{name}: {len(bad)} of {arr.size} values are not finite; first at index {first} = {arr[first]!r}"
+            f"{name}: {len(bad)} of {arr.size} values are not finite as float32; first at index {first} = "
+            f"{float(arr[first])!r}"
         )
     return arr
 
