@@ -201,7 +201,10 @@ def write_exclusive(path: Path, data: bytes) -> None:
     except OSError as exc:
         raise ReceiptError(f"{path}: cannot be written: {exc.strerror or exc}") from exc
     finally:
-        tmp.unlink(missing_ok=True)
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:  # the folder itself is unusable (e.g. a file): the error above says so
+            pass
     fsync_dir(path.parent)
 
 
