@@ -26,6 +26,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 
 materialize: setup
 	$(BIN)/oracles materialize $(PIN)
+	$(BIN)/oracles materialize smollm2-draft-twin  # the speculative oracles' draft; needs $(PIN)'s tokenizer
 
 oracle: materialize
 	$(BIN)/python -m pytest tests/oracles --runslow --receipt-tag oracle $(PYTEST_ARGS); status=$$?; \

@@ -79,16 +79,20 @@ def materialize(pin: Pin, dest: Path | None = None, *, write_pin: bool = False) 
         except PinError:
             pass  # rebuild below; the stale folder is replaced only after the new one verifies
     parts = pin.source_parts()
-    if parts["kind"] != "pypi" or not (parts["file"] or "").endswith(".gguf"):
-        raise PinError(f"{pin.path}: source {pin.source!r}: only pypi:PKG==VER#FILE.gguf sources can be built yet")
-    gguf = locate_pypi_file(parts["what"] or "", parts["version"], parts["file"] or "")
-    got = sha256_file(gguf)
-    if pin.source_sha256 and got != pin.source_sha256 and not write_pin:
-        raise PinError(f"{gguf}: source sha256 mismatch: expected {pin.source_sha256}, actual {got}")
+    if parts["kind"] == "twin":
+        build, got = _twin_builder(pin, parts), None
+    else:
+        if parts["kind"] != "pypi" or not (parts["file"] or "").endswith(".gguf"):
+            raise PinError(f"{pin.path}: source {pin.source!r}: only pypi:PKG==VER#FILE.gguf and twin:NAME#SEED sources can be built")
+        gguf = locate_pypi_file(parts["what"] or "", parts["version"], parts["file"] or "")
+        got = sha256_file(gguf)
+        if pin.source_sha256 and got != pin.source_sha256 and not write_pin:
+            raise PinError(f"{gguf}: source sha256 mismatch: expected {pin.source_sha256}, actual {got}")
+        build = lambda out: build_gguf_snapshot(gguf, out)  # noqa: E731
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
     try:
-        model_class = build_gguf_snapshot(gguf, tmp)
+        model_class = build(tmp)
         if write_pin:
             _write_pin(pin, tmp, got, model_class)
             from oracles.pins import load_pin
@@ -104,7 +108,37 @@ def materialize(pin: Pin, dest: Path | None = None, *, write_pin: bool = False) 
     return {**result, "root": str(dest), "built": True}
 
 
-def _write_pin(pin: Pin, root: Path, source_sha256: str, model_class: str) -> None:
+#: twin:NAME -> (builder module with ``build(seed, out, tokenizer_root) -> class name``, the pin
+#: whose verified snapshot lends its tokenizer files).
+TWINS: dict[str, tuple[str, str]] = {
+    "llama-draft": ("oracles.twin_draft", "smollm2-135m-instruct"),
+}
+
+
+def _twin_builder(pin: Pin, parts: dict[str, str | None]) -> Any:
+    """The build function of a ``twin:NAME#SEED`` source; verifies the tokenizer-lending snapshot first.
+
+    Raises:
+        PinError: unknown twin name (known ones listed), a SEED that is not an int, or the lending
+            snapshot missing or not matching its pin.
+    """
+    import importlib
+
+    from oracles.pins import load_pin
+
+    name, seed = parts["what"] or "", parts["file"] or ""
+    if name not in TWINS:
+        raise PinError(f"{pin.path}: source {pin.source!r}: unknown twin {name!r}; known: {', '.join(sorted(TWINS))}")
+    if not seed.isdigit():
+        raise PinError(f"{pin.path}: source {pin.source!r}: SEED must be a non-negative integer")
+    module, lender = TWINS[name]
+    lender_pin = load_pin(lender)
+    verify_snapshot(lender_pin, snapshot_dir(lender_pin))
+    builder = importlib.import_module(module).build
+    return lambda out: builder(int(seed), out, snapshot_dir(lender_pin))
+
+
+def _write_pin(pin: Pin, root: Path, source_sha256: str | None, model_class: str) -> None:
     import importlib.metadata
 
     digests = file_digests(root)
