@@ -1,0 +1,96 @@
+"""Record files on bad input: each error names the file, the record and the field."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from oracles.errors import FixtureError
+from oracles.families.mtplx import load_prompts
+from oracles.records import canonical_json, canonical_sha256, load_record_list, require
+
+pytestmark = pytest.mark.dry
+
+MESSAGES = [{"role": "user", "content": "héllo"}]
+
+
+def _write(tmp_path: Path, obj: Any) -> Path:
+    path = tmp_path / "records.json"
+    path.write_text(json.dumps(obj, indent=1, ensure_ascii=False))
+    return path
+
+
+def test_canonical_sha256_is_sorted_compact_utf8() -> None:
+    text = '[{"content":"héllo","role":"user"}]'
+    assert canonical_json(MESSAGES) == text
+    assert canonical_sha256(MESSAGES) == hashlib.sha256(text.encode("utf-8")).hexdigest()
+    with pytest.raises(ValueError):
+        canonical_json({"x": float("nan")})
+
+
+def test_not_json_names_path_line_column(tmp_path: Path) -> None:
+    path = tmp_path / "records.json"
+    path.write_text('{"records": [\n  {"id": "a"},\n  {"id": "b",}\n]}\n')
+    with pytest.raises(FixtureError, match=rf"^{path}:3:14: not valid JSON"):
+        load_record_list(path)
+
+
+@pytest.mark.parametrize(("obj", "message"), [
+    ({"rows": []}, "field 'records' is missing or not a list"),
+    ({"records": [{"id": "a"}, {"name": "b"}]}, "records[1]: field 'id' is missing or not a plain non-empty string"),
+    ({"records": [{"id": "a[1]"}]}, "records[0]: field 'id' is missing or not a plain non-empty string"),
+    ({"records": [{"id": "a"}, {"id": "a"}]}, "records[1]: duplicate record id 'a'"),
+    ({"records": ["a"]}, "records[0]: field 'id' is missing"),
+])
+def test_record_list_errors(tmp_path: Path, obj: Any, message: str) -> None:
+    path = _write(tmp_path, obj)
+    with pytest.raises(FixtureError) as info:
+        load_record_list(path)
+    assert str(info.value) == f"{path}: {message}" or str(info.value).startswith(f"{path}: {message}"), str(info.value)
+
+
+@pytest.mark.parametrize(("value", "kind", "ok"), [
+    (3, int, True), (True, int, False), ("3", int, False), (None, str, False), ([1], (list, tuple), True),
+    (True, bool, True),
+])
+def test_require(value: Any, kind: Any, ok: bool) -> None:
+    rec = {"f": value} if value is not None else {}
+    if ok:
+        assert require(rec, "f", kind, "file.json: record 'r'") == value
+    else:
+        with pytest.raises(FixtureError, match=r"^file\.json: record 'r': field 'f' is missing or not a "):
+            require(rec, "f", kind, "file.json: record 'r'")
+
+
+def _prompt(**over: Any) -> dict[str, Any]:
+    return {"id": "ping", "messages": MESSAGES, "sha256": canonical_sha256(MESSAGES), "ids": [1, 2, 3], **over}
+
+
+def test_prompts_good(tmp_path: Path) -> None:
+    (rec,) = load_prompts(_write(tmp_path, {"pin": "p", "records": [_prompt()]}))
+    assert (rec.id, rec.ids, rec.pin, rec.message_list) == ("ping", (1, 2, 3), "p", MESSAGES)
+
+
+@pytest.mark.parametrize(("over", "message"), [
+    ({"messages": "hi"}, "record 'ping': field 'messages' is missing or not a list"),
+    ({"messages": [{"role": "user"}]}, "record 'ping': field 'messages[0]' must be {'role': str, 'content': str}"),
+    ({"sha256": "0" * 64}, f"record 'ping': field 'sha256' is {'0' * 64} but the messages hash to "
+                           f"{canonical_sha256(MESSAGES)}"),
+    ({"ids": [1, -2]}, "record 'ping': field 'ids' must be a list of non-negative ints"),
+    ({"ids": None}, "record 'ping': field 'ids' is missing or not a list"),
+])
+def test_prompt_record_errors_name_path_record_field(tmp_path: Path, over: dict[str, Any], message: str) -> None:
+    path = _write(tmp_path, {"pin": "p", "records": [_prompt(**over)]})
+    with pytest.raises(FixtureError) as info:
+        load_prompts(path)
+    assert str(info.value) == f"{path}: {message}"
+
+
+def test_prompts_without_pin(tmp_path: Path) -> None:
+    path = _write(tmp_path, {"records": [_prompt()]})
+    with pytest.raises(FixtureError, match=rf"^{path}: field 'pin' is missing or not a str$"):
+        load_prompts(path)
