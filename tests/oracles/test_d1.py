@@ -1,0 +1,251 @@
+"""d1 readout oracle on the default pin: rows, trees, head re-run, hidden states, determinism, red arms.
+
+Each request runs once per engine per session (``runs``): every question as its own row (the row
+path) and, for several questions, one trunk plus a branch per question (the tree path). The tests
+read what those passes computed. Ports (``engine_id`` beyond the reference) run the length buckets up
+to ``ORACLES_D1_PORT_MAX_BUCKET`` (default 512; see README).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+
+from oracles.checks import readout
+from oracles.checks.close import log_softmax64
+from oracles.checks.exact import assert_bits_equal, assert_ids_equal, assert_within, diff
+from oracles.families import d1
+from oracles.families.d1_rows import load_arms
+from oracles.families.d1_run import FULL_BUCKETS, PORT_MAX_BUCKET_ENV, RequestRun, port_max_bucket, row_pass, run_request
+from oracles.fingerprint import as_f4, fingerprint
+
+pytestmark = [pytest.mark.d1, pytest.mark.slow, pytest.mark.xdist_group("d1")]
+
+REQUESTS = {r.id: r for r in d1.load_requests()}
+ROWS_DOC = json.loads(d1.ROWS.read_text())
+META = {r["id"]: r for r in ROWS_DOC["requests"]}
+ROWS = {(r["id"], r["qid"]): r for r in ROWS_DOC["rows"]}
+QUESTIONS = list(ROWS)
+TREES = [rid for rid, m in META.items() if m["path"] == "tree"]
+TREE_QUESTIONS = [k for k in QUESTIONS if META[k[0]]["path"] == "tree"]
+ARMS = {a["id"]: a for a in load_arms()}
+ARM_ROWS = {r["id"]: r for r in ROWS_DOC["arm_rows"]}
+#: The first question of the first request of each small bucket also runs every position (keep=0).
+FULL = [next(k for k in QUESTIONS if META[k[0]]["bucket"] == b) for b in FULL_BUCKETS]
+
+#: lm_head re-run tolerance, as in test_forward: same float32 hidden row, same weight, one row each
+#: side (like with like); only a BLAS blocking change could reorder the 576-term dot products, moving
+#: a logit of magnitude <= 32 by a few ULP (ULP(32) = 3.8e-6). 1e-5 allows that and nothing more.
+HEAD_RERUN_ATOL = 1e-5
+#: float32 log-softmax vs float64: x - m and the log of a float32 sum each round once at magnitudes
+#: <= 40 (ULP(32) = 3.8e-6); 1e-5 is three such roundings.
+LOGZ_F64_ATOL = 1e-5
+#: Tree vs row: the branch attends over cached keys/values in matmuls of another shape than the full
+#: row, so its logits differ by float32 reordering only (measured max 1.9e-5 on a 1,000-token row,
+#: see the receipt's max_abs_dlogit). A probability moves by at most ~2 x that through log-softmax and
+#: the group normalisation; 1e-4 leaves headroom, while any real change of the prefix (a missing or
+#: extra token, a stale cache) moves answers by far more (the red arms move by > 0.02).
+TREE_ROW_DP_TOL = 1e-4
+
+
+def _label(key: tuple[str, str]) -> str:
+    return f"{key[0]}/{key[1]}"
+
+
+@pytest.fixture
+def engine(engines: Callable[..., Any], engine_id: str) -> Any:
+    return engines(engine_id)
+
+
+def _gate(engine_id: str, config: pytest.Config, rid: str) -> None:
+    """Ports run the buckets up to the cap only (module docstring)."""
+    bucket = META[rid]["bucket"]
+    if engine_id != config.getoption("reference") and bucket > port_max_bucket():
+        pytest.skip(f"port {engine_id}: bucket {bucket} is above {PORT_MAX_BUCKET_ENV}={port_max_bucket()} "
+                    "(set it to 'all' to run every bucket on ports)")
+
+
+def _run(runs: Callable[..., Any], engine: Any, rid: str, config: pytest.Config) -> RequestRun:
+    _gate(engine.id, config, rid)
+    req = REQUESTS[rid]
+    rows = {qid: ROWS[(r, qid)] for (r, qid) in ROWS if r == rid}
+    full = [qid for (r, qid) in FULL if r == rid]
+    return runs(("d1", engine.id, rid), lambda: run_request(engine, req, rows, full))
+
+
+def _facts(key: tuple[str, str], probs: list[float]) -> dict[str, Any]:
+    rid, qid = key
+    keys = ROWS[key]["keys"]
+    top = readout.argmax(probs)
+    gold = REQUESTS[rid].gold.get(qid)
+    gap = readout.top2_gap(probs)
+    return {"record": rid, "qid": qid, "source": META[rid]["source"], "type": ROWS[key]["type"],
+            "bucket": META[rid]["bucket"], "path": META[rid]["path"], "row_len": ROWS[key]["row_len"],
+            "request_sha256": META[rid]["sha256"], "keys": keys, "probs": probs, "argmax_key": keys[top],
+            "gold_key": gold, "gold_match": None if gold is None else gold == keys[top], "top2_gap": gap,
+            "near_tie": gap <= d1.NEAR_TIE}
+
+
+@pytest.mark.parametrize("key", QUESTIONS, ids=[_label(k) for k in QUESTIONS])
+def test_row_ids(runs: Callable[..., Any], engine: Any, key: tuple[str, str], pytestconfig: pytest.Config,
+                 receipt: Any) -> None:
+    """The engine's chat-template ids of the row equal rows.json's (the tokenizer-alone ids)."""
+    run = _run(runs, engine, key[0], pytestconfig).rows[key[1]]
+    receipt.update(row_len=len(run.ids), request_sha256=META[key[0]]["sha256"])
+    assert_ids_equal(run.ids, ROWS[key]["ids"], f"{_label(key)}: engine chat ids vs rows.json")
+
+
+@pytest.mark.parametrize("key", QUESTIONS, ids=[_label(k) for k in QUESTIONS])
+def test_logz(runs: Callable[..., Any], engine: Any, key: tuple[str, str], pytestconfig: pytest.Config,
+              receipt: Any) -> None:
+    """The row's log-probabilities are log_softmax of its recorded slot logits, bit for bit, and
+    within float32 rounding of a float64 log-softmax."""
+    run = _run(runs, engine, key[0], pytestconfig).rows[key[1]]
+    logits = as_f4(run.logits, f"{_label(key)}: slot logits [1, V]")
+    assert logits.shape == (1, engine.vocab_size), f"{_label(key)}: slot logits shape {list(logits.shape)}"
+    assert_bits_equal(run.logz, readout.log_softmax(logits[0]), f"{_label(key)}: logz vs log_softmax(logits)")
+    d = assert_within(run.logz, log_softmax64(logits[0]), LOGZ_F64_ATOL, f"{_label(key)}: logz vs float64 log-softmax")
+    receipt.update(logits=dict(fingerprint(logits)), logz_vs_f64_max_abs=d.max_abs)
+
+
+@pytest.mark.parametrize("key", QUESTIONS, ids=[_label(k) for k in QUESTIONS])
+def test_readout(runs: Callable[..., Any], engine: Any, key: tuple[str, str], pytestconfig: pytest.Config,
+                 receipt: Any) -> None:
+    """readout(logz) with rows.json's groups equals the row's probabilities bit for bit; the figures
+    (probabilities, argmax, gold agreement, top-2 gap, seconds) go to the receipt."""
+    run = _run(runs, engine, key[0], pytestconfig).rows[key[1]]
+    groups = ROWS[key]["readout_ids"]
+    again = readout.group_probabilities(run.logz, groups)
+    receipt.update(_facts(key, run.probs), seconds=round(run.seconds, 4),
+                   logz_groups=[[float(run.logz[i]) for i in g] for g in groups])
+    assert len(run.probs) == len(groups), f"{_label(key)}: {len(run.probs)} probabilities for {len(groups)} groups"
+    readout.assert_probs_equal(again, run.probs, f"{_label(key)}: readout(logz) vs the row's probabilities")
+    assert abs(sum(run.probs) - 1.0) < 1e-12, f"{_label(key)}: probabilities sum to {sum(run.probs)!r}"
+
+
+@pytest.mark.parametrize("key", QUESTIONS, ids=[_label(k) for k in QUESTIONS])
+def test_head_rerun(runs: Callable[..., Any], engine: Any, key: tuple[str, str], pytestconfig: pytest.Config,
+                    receipt: Any) -> None:
+    """lm_head on the kept final-norm hidden row reproduces the kept slot logits row."""
+    run = _run(runs, engine, key[0], pytestconfig).rows[key[1]]
+    again = engine.lm_head(run.hidden)
+    exact = diff(again, run.logits)
+    receipt.update(bit_equal=exact.equal, mismatches=exact.mismatches, max_abs=exact.max_abs, atol=HEAD_RERUN_ATOL)
+    assert_within(again, run.logits, HEAD_RERUN_ATOL, f"{_label(key)}: lm_head(hidden at the slot) vs slot logits")
+
+
+@pytest.mark.parametrize("key", QUESTIONS, ids=[_label(k) for k in QUESTIONS])
+def test_hidden_states(runs: Callable[..., Any], engine: Any, key: tuple[str, str], pytestconfig: pytest.Config,
+                       receipt: Any) -> None:
+    """The slot's final-norm hidden state is [1, D] and finite."""
+    run = _run(runs, engine, key[0], pytestconfig).rows[key[1]]
+    h = as_f4(run.hidden, f"{_label(key)}: final-norm hidden state at the slot")
+    assert h.shape == (1, engine.hidden_size), f"{_label(key)}: hidden shape {list(h.shape)}"
+    receipt.update(hidden=dict(fingerprint(h)), hidden_norm=float(np.linalg.norm(h.astype(np.float64))))
+
+
+@pytest.mark.parametrize("key", FULL, ids=[_label(k) for k in FULL])
+def test_full_hidden_states(runs: Callable[..., Any], engine: Any, key: tuple[str, str], pytestconfig: pytest.Config,
+                            receipt: Any) -> None:
+    """Every position of the row: hidden states [L, D] finite; lm_head on them reproduces the [L, V] logits."""
+    full = _run(runs, engine, key[0], pytestconfig).full[key[1]]
+    n = ROWS[key]["row_len"]
+    h = as_f4(full.hidden, f"{_label(key)}: final-norm hidden states [L, D]")
+    assert h.shape == (n, engine.hidden_size), f"{_label(key)}: hidden shape {list(h.shape)}, want [{n}, D]"
+    d = assert_within(engine.lm_head(h), full.logits, HEAD_RERUN_ATOL, f"{_label(key)}: lm_head(hidden [L, D]) vs logits")
+    kept = _run(runs, engine, key[0], pytestconfig).rows[key[1]]
+    slot = diff(h[-1:], kept.hidden)
+    receipt.update(hidden=dict(fingerprint(h)), head_bit_equal=d.equal, head_max_abs=d.max_abs,
+                   last_row_vs_kept_max_abs=slot.max_abs, last_row_vs_kept_bit_equal=slot.equal)
+
+
+@pytest.mark.parametrize("rid", TREES)
+def test_tree_split(runs: Callable[..., Any], engine: Any, rid: str, pytestconfig: pytest.Config, receipt: Any) -> None:
+    """The tree's recorded trunk and branches equal rows.json's split; trunk + branch is each row."""
+    run = _run(runs, engine, rid, pytestconfig)
+    tree = run.tree
+    assert tree is not None, f"{rid}: a request with several questions ran no tree"
+    rows_s = sum(r.seconds for r in run.rows.values())
+    receipt.update(trunk_len=len(tree.trunk), branch_lens=[len(b) for b in tree.branches], bucket=META[rid]["bucket"],
+                   questions=len(tree.branches), tree_seconds=round(tree.seconds, 4), rows_seconds=round(rows_s, 4),
+                   trunk_seconds=round(tree.trunk_seconds, 4), tree_over_rows=round(tree.seconds / rows_s, 4))
+    assert_ids_equal(tree.trunk, META[rid]["trunk"], f"{rid}: recorded trunk vs rows.json")
+    assert len(tree.branches) == len(META[rid]["branches"]), f"{rid}: {len(tree.branches)} branches recorded"
+    for qid, got, want in zip(META[rid]["questions"], tree.branches, META[rid]["branches"]):
+        assert_ids_equal(got, want, f"{rid}/{qid}: recorded branch vs rows.json")
+        assert_ids_equal(tree.trunk + got, ROWS[(rid, qid)]["ids"], f"{rid}/{qid}: trunk + branch vs the row")
+
+
+@pytest.mark.parametrize("rid", TREES)
+def test_tree_snapshot_intact(runs: Callable[..., Any], engine: Any, rid: str, pytestconfig: pytest.Config,
+                              receipt: Any) -> None:
+    """Restoring the trunk's snapshot for each branch leaves the snapshot itself unchanged."""
+    tree = _run(runs, engine, rid, pytestconfig).tree
+    assert tree is not None
+    receipt.update(digest=tree.digest_before)
+    assert tree.digest_after == tree.digest_before, (f"{rid}: the trunk snapshot changed while branches ran: "
+                                                     f"{tree.digest_before} -> {tree.digest_after}")
+
+
+@pytest.mark.parametrize("key", TREE_QUESTIONS, ids=[_label(k) for k in TREE_QUESTIONS])
+def test_tree_readout(runs: Callable[..., Any], engine: Any, key: tuple[str, str], pytestconfig: pytest.Config,
+                      receipt: Any) -> None:
+    """The branch's logz is log_softmax of its slot logits, and readout of it is the tree's probabilities, bit for bit."""
+    tree = _run(runs, engine, key[0], pytestconfig).tree
+    assert tree is not None
+    k = META[key[0]]["questions"].index(key[1])
+    assert_bits_equal(tree.logz[k], readout.log_softmax(tree.logits[k][0]), f"{_label(key)}: tree logz vs log_softmax(logits)")
+    again = readout.group_probabilities(tree.logz[k], ROWS[key]["readout_ids"])
+    receipt.update(probs_tree=tree.probs[k], seconds_branch=round(tree.branch_seconds[k], 4))
+    readout.assert_probs_equal(again, tree.probs[k], f"{_label(key)}: readout(tree logz) vs the tree's probabilities")
+
+
+@pytest.mark.parametrize("key", TREE_QUESTIONS, ids=[_label(k) for k in TREE_QUESTIONS])
+def test_tree_vs_row(runs: Callable[..., Any], engine: Any, key: tuple[str, str], pytestconfig: pytest.Config,
+                     receipt: Any) -> None:
+    """Tree and row probabilities of one question agree within TREE_ROW_DP_TOL (figure recorded)."""
+    run = _run(runs, engine, key[0], pytestconfig)
+    assert run.tree is not None
+    k = META[key[0]]["questions"].index(key[1])
+    row = run.rows[key[1]]
+    dp = readout.max_abs_dp(run.tree.probs[k], row.probs)
+    dl = diff(run.tree.logits[k], row.logits)
+    facts = _facts(key, run.tree.probs[k])
+    receipt.update(max_abs_dp=dp, max_abs_dlogit=dl.max_abs, logits_bit_equal=dl.equal, tol=TREE_ROW_DP_TOL,
+                   argmax_equal=readout.argmax(row.probs) == readout.argmax(run.tree.probs[k]),
+                   gold_match_tree=facts["gold_match"], probs_tree=run.tree.probs[k], probs_row=row.probs)
+    assert dp <= TREE_ROW_DP_TOL, (f"{_label(key)}: tree vs row max |dp| {dp:.3e} > {TREE_ROW_DP_TOL:g} "
+                                   f"(tree {run.tree.probs[k]}, row {row.probs}; max |dlogit| {dl.max_abs:.3e})")
+
+
+def test_determinism(runs: Callable[..., Any], engine: Any, pytestconfig: pytest.Config, receipt: Any) -> None:
+    """The first request's first row again, cold: logits, hidden state and probabilities bit for bit."""
+    key = QUESTIONS[0]
+    first = _run(runs, engine, key[0], pytestconfig).rows[key[1]]
+    again = row_pass(engine, ROWS[key]["ids"], ROWS[key]["readout_ids"])
+    receipt.update(record=_label(key), probs=again.probs, seconds=round(again.seconds, 4))
+    assert_bits_equal(again.logits, first.logits, f"{_label(key)}: slot logits, second run vs first")
+    assert_bits_equal(again.hidden, first.hidden, f"{_label(key)}: slot hidden state, second run vs first")
+    readout.assert_probs_equal(again.probs, first.probs, f"{_label(key)}: probabilities, second run vs first")
+
+
+@pytest.mark.parametrize("arm_id", list(ARMS))
+def test_red_arm(runs: Callable[..., Any], engine: Any, arm_id: str, pytestconfig: pytest.Config, receipt: Any) -> None:
+    """An adopted control arm moves some option's probability by more than RED_ARM_MIN against its base row."""
+    arm = ARMS[arm_id]
+    base_key = (arm["base_id"], arm["question"])
+    base = _run(runs, engine, arm["base_id"], pytestconfig).rows[arm["question"]]
+    row = ARM_ROWS[arm_id]
+    arm_run = runs(("d1-arm", engine.id, arm_id), lambda: row_pass(engine, row["ids"], row["readout_ids"]))
+    assert row["keys"] == ROWS[base_key]["keys"], f"{arm_id}: keys {row['keys']} differ from the base's"
+    dp = readout.max_abs_dp(arm_run.probs, base.probs)
+    keys = row["keys"]
+    receipt.update(kind=arm["kind"], base=_label(base_key), max_abs_dp=dp, threshold=d1.RED_ARM_MIN,
+                   probs_base=base.probs, probs_arm=arm_run.probs, argmax_base=keys[readout.argmax(base.probs)],
+                   argmax_arm=keys[readout.argmax(arm_run.probs)], measured_at_adoption=arm["measured"]["max_abs_dp"],
+                   row_len=len(row["ids"]))
+    assert dp > d1.RED_ARM_MIN, (f"{arm_id}: moves {base_key[0]}/{base_key[1]} by max |dp| {dp:.4f} <= "
+                                 f"{d1.RED_ARM_MIN} (base {base.probs}, arm {arm_run.probs})")
