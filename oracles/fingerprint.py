@@ -31,7 +31,7 @@ def as_f4(a: Any, name: str = "array") -> np.ndarray:
         NonFiniteError: when any value is NaN or +-inf; the message gives the count and the first index.
     """
     with np.errstate(over="ignore"):  # a float64 beyond float32's range becomes inf, refused just below
-        arr = np.ascontiguousarray(np.asarray(a), dtype="<f4")
+        arr = np.asarray(a, dtype="<f4", order="C")  # not ascontiguousarray: it turns a 0-d array into shape [1]
     finite = np.isfinite(arr)
     if not finite.all():
         bad = np.argwhere(~finite)
