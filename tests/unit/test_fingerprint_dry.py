@@ -97,3 +97,7 @@ def test_row_fingerprints_of_a_strided_slice() -> None:
 def test_row_fingerprints_need_two_dimensions() -> None:
     with pytest.raises(ValueError, match=r"logits: per-row fingerprints need a \[T, V\] array, got shape \[5\]"):
         row_fingerprints(np.zeros(5, dtype=np.float32))
+
+
+def test_zero_dim_keeps_its_shape() -> None:
+    assert fingerprint(np.float32(2.5)) == {"shape": [], "dtype": "<f4", "sha256": _sha([2.5])}
