@@ -57,6 +57,10 @@ def _canonical_json(path: Path) -> None:
         obj = json.loads(path.read_text())
         if isinstance(obj, dict):
             obj.pop("name_or_path", None)
+            # from_pretrained saves its own loading flag: true under HF_HUB_OFFLINE=1 (the Makefile and
+            # the plugin set it), false otherwise. Fixed to the pinned value so the bytes do not depend on it.
+            if "local_files_only" in obj:
+                obj["local_files_only"] = False
         path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
