@@ -40,6 +40,27 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
                    f"(mlx: {unavailable_reason('mlx') or 'available'})"))], scope="session")
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``--port-max-tokens N``: a port engine's test of a record longer than N prompt tokens is skipped,
+    naming both numbers (the reference still runs it). A record's size is ``len(record.ids)`` or its
+    ``budget_tokens``."""
+    limit = config.getoption("port_max_tokens", 0)
+    reference = config.getoption("reference")
+    if not limit:
+        return
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        engine = params.get("port_id", params.get("engine_id"))
+        if engine is None or engine == reference:
+            continue
+        for value in params.values():
+            size = len(value.ids) if hasattr(value, "ids") else getattr(value, "budget_tokens", 0)
+            if size > limit:
+                item.add_marker(pytest.mark.skip(reason=f"port {engine}: record {getattr(value, 'id', value)!r} has "
+                                                        f"~{size} prompt tokens > --port-max-tokens {limit} "
+                                                        f"(pass --port-max-tokens 0 to run it)"))
+
+
 @pytest.fixture(scope="session")
 def snapshot_overrides(pytestconfig: pytest.Config) -> dict[str, Path]:
     try:

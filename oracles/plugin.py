@@ -53,6 +53,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="intra-op threads for engines (torch.set_num_threads); 0 leaves the library default; default: %(default)r")
     group.addoption("--deadline", type=float, default=None, metavar="SECONDS",
                     help="start no new test after SECONDS from session start; the rest are listed as not run; default: %(default)r")
+    group.addoption("--port-max-tokens", type=int, default=256, metavar="N",
+                    help="skip a port engine's test of a record longer than N prompt tokens (MLX's CPU prefill "
+                         "runs ~80 s per 1k tokens); 0 = no limit; default: %(default)r")
     group.addoption("--resume", default=None, metavar="RECEIPT",
                     help="a receipt or .partial.jsonl: skip the tests that passed there, carrying their records; default: %(default)r")
 
