@@ -101,3 +101,16 @@ def test_row_fingerprints_need_two_dimensions() -> None:
 
 def test_zero_dim_keeps_its_shape() -> None:
     assert fingerprint(np.float32(2.5)) == {"shape": [], "dtype": "<f4", "sha256": _sha([2.5])}
+
+
+def test_large_array_hashed_while_checked() -> None:
+    """Arrays of THREAD_MIN_BYTES and more take the threaded path: same digest, same refusal."""
+    from oracles.fingerprint import THREAD_MIN_BYTES
+
+    a = np.arange(THREAD_MIN_BYTES // 4 + 8, dtype=np.float32).reshape(-1, 8) / 16
+    assert fingerprint(a)["sha256"] == hashlib.sha256(a.astype("<f4").tobytes()).hexdigest()
+    assert row_fingerprints(a)[-1] == _sha(a[-1].tolist())
+    a[-1, 3] = np.nan
+    with pytest.raises(NonFiniteError, match=rf"1 of {a.size} values are not finite as float32; first at index "
+                                             rf"\({a.shape[0] - 1}, 3\) = nan"):
+        fingerprint(a, "big")
