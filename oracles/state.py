@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -114,16 +115,17 @@ class RunState:
                    receipts_dir=receipts_dir, tag=tag, deadline=deadline, controller=controller)
 
     # -- paths -------------------------------------------------------------------------------
-    @property
+    # Computed once: the receipt fixture asks for the staging folder in every test.
+    @cached_property
     def stem(self) -> str:
         stamp = datetime.fromtimestamp(self.started_wall, timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         return f"{stamp}-{self.run_id}"
 
-    @property
+    @cached_property
     def folder(self) -> Path | None:
         return None if self.receipts_dir is None else self.receipts_dir / self.tag
 
-    @property
+    @cached_property
     def staging(self) -> Path | None:
         return None if self.folder is None else self.folder / f".{self.stem}.arrays"
 
