@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -49,7 +49,8 @@ class TestRecord:
     resumed_from: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        """The record as a dict (shallow: ``data`` is shared, not copied; it is JSON-safe already)."""
+        return {name: getattr(self, name) for name in _RECORD_FIELDS}
 
     @classmethod
     def from_json(cls, obj: Any, where: str) -> "TestRecord":
@@ -70,6 +71,9 @@ class TestRecord:
         values = {"family": "unit", "check": check, "record_id": record_id, "duration": 0.0}
         values.update({k: v for k, v in obj.items() if k in known})
         return cls(**values)
+
+
+_RECORD_FIELDS = tuple(f.name for f in fields(TestRecord))
 
 
 def split_nodeid(nodeid: str) -> tuple[str, str]:
@@ -208,9 +212,34 @@ def write_exclusive(path: Path, data: bytes) -> None:
     fsync_dir(path.parent)
 
 
+#: Top-level lists of a receipt written one compact item per line.
+ONE_LINE_ITEMS = ("tests", "not_run")
+
+
 def dump_json(obj: Any) -> bytes:
-    """Strict JSON (no NaN), two-space indent, UTF-8."""
-    return (json.dumps(obj, indent=2, allow_nan=False, ensure_ascii=False) + "\n").encode()
+    """Strict JSON (no NaN), UTF-8, two-space indent.
+
+    The items of a receipt's ``tests`` and ``not_run`` lists are written one compact line each:
+    readable for thousands of tests, and json's C encoder (used only without ``indent``) writes them
+    about ten times faster than the indented pure-Python one.
+
+    Raises:
+        ValueError: a NaN or infinity anywhere in ``obj``.
+    """
+    def dumps(value: Any, indent: int | None) -> str:
+        return json.dumps(value, indent=indent, allow_nan=False, ensure_ascii=False,
+                          separators=(", ", ": ") if indent is None else None)
+
+    if not isinstance(obj, dict):
+        return (dumps(obj, 2) + "\n").encode()
+    parts = []
+    for key, value in obj.items():
+        if key in ONE_LINE_ITEMS and isinstance(value, list) and value:
+            text = "[\n    " + ",\n    ".join(dumps(item, None) for item in value) + "\n  ]"
+        else:  # strings hold no raw newline in JSON, so re-indenting by lines is safe
+            text = dumps(value, 2).replace("\n", "\n  ")
+        parts.append(f"  {dumps(str(key), None)}: {text}")
+    return ("{\n" + ",\n".join(parts) + "\n}\n").encode() if parts else b"{}\n"
 
 
 class PartialLog:
@@ -223,17 +252,16 @@ class PartialLog:
     def __init__(self, path: Path) -> None:
         self.path = path
         try:
-            self._fh = open(path, "x", encoding="utf-8")
+            self._fh = open(path, "xb", buffering=0)  # unbuffered: each line is one write(2), nothing held back
         except OSError as exc:
             raise ReceiptError(f"{path}: cannot be created: {exc.strerror or exc}") from exc
 
     def write(self, obj: Mapping[str, Any]) -> None:
-        self._fh.write(json.dumps(obj, allow_nan=False, ensure_ascii=False, separators=(",", ":")) + "\n")
-        self._fh.flush()
+        line = json.dumps(obj, allow_nan=False, ensure_ascii=False, separators=(",", ":")) + "\n"
+        self._fh.write(line.encode("utf-8"))
 
     def close(self) -> None:
         if not self._fh.closed:
-            self._fh.flush()
             os.fsync(self._fh.fileno())
             self._fh.close()
 
@@ -300,12 +328,12 @@ def pack_arrays(staging: Path, npz: Path) -> int:
     Raises:
         ReceiptError: when ``npz`` exists or cannot be written.
     """
-    import io
-
-    import numpy as np
-
     files = sorted(staging.glob("*.npy")) if staging.is_dir() else []
     if files:
+        import io
+
+        import numpy as np  # only when there are arrays: a run without any need not import numpy
+
         buf = io.BytesIO()
         np.savez(buf, **{f.stem: np.load(f, allow_pickle=False) for f in files})
         write_exclusive(npz, buf.getvalue())

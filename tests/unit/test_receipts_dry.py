@@ -183,3 +183,16 @@ def test_load_receipt_errors_name_path(tmp_path: Path) -> None:
     bad_rec.write_text(json.dumps({"tests": [{"nodeid": "t.py::a", "outcome": "passed"}, {"nodeid": "t.py::b"}]}))
     with pytest.raises(FixtureError, match=rf"^{bad_rec}: tests\[1\]: field 'outcome' is missing"):
         load_records(bad_rec)
+
+
+def test_dump_json_round_trips_and_refuses_nan() -> None:
+    from oracles.receipts import dump_json
+
+    receipt = {"run_id": "ab", "tests": [{"nodeid": "t.py::a[x::y]", "data": {"ids": [1, 2], "s": "é\n\"q\""}},
+                                         {"nodeid": "t.py::b", "data": {}}],
+               "not_run": [], "checks": {"a": {"ok": True, "failed": []}}, "all_ok": True}
+    text = dump_json(receipt).decode()
+    assert json.loads(text) == receipt
+    assert '    {"nodeid": "t.py::b", "data": {}}' in text.splitlines(), "a test record is not one line"
+    with pytest.raises(ValueError):
+        dump_json({"tests": [{"x": float("nan")}]})
