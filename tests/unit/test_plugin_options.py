@@ -1,4 +1,7 @@
-"""The plugin's options and markers, driven through pytester in-process (fast, no weights)."""
+"""The plugin's options and markers, driven through pytester in-process (no weights).
+
+Not ``dry``: twenty inner pytest sessions cost seconds, and ``make smoke`` has a 10 s budget.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +10,6 @@ from pathlib import Path
 import pytest
 
 from typing import Any, Callable
-
-pytestmark = pytest.mark.dry
 
 #: The markers issue 2 asks for, each of which must be registered with a description.
 ISSUE_MARKERS = ("dry", "slow", "gpu", "mtplx", "mtplx_chat", "d1", "clef", "cohort", "port")
