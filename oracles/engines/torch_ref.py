@@ -143,6 +143,35 @@ class TorchReference:
                           prefill_seconds=first - start, decode_seconds=end - first)
 
 
+    # -- speculative (added for the mtplx speculative oracles) --------------------------------
+    def trim(self, cache: Any, n: int) -> bool:
+        """Drop the last ``n`` cached positions in place (``DynamicCache.crop(-n)``: transformers 5 takes
+        the count to remove as a negative int); always possible here."""
+        if n:
+            cache.crop(-n)
+        return True
+
+    @torch.inference_mode()
+    def speculative(self, ids: Sequence[int], draft: "TorchReference", num_draft: int, max_new_tokens: int) -> Generation:
+        """transformers' own assisted generation, greedy: ``generate(assistant_model=draft.model)``
+        with a constant ``num_draft`` draft tokens a cycle (no confidence cut-off)."""
+        from transformers import GenerationConfig
+
+        x = torch.tensor([list(ids)], dtype=torch.long)
+        cfg = GenerationConfig(max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=sorted(self.eos_token_ids),
+                               pad_token_id=min(self.eos_token_ids), num_assistant_tokens=num_draft,
+                               num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0)
+        start = time.perf_counter()
+        out = self.model.generate(x, generation_config=cfg, assistant_model=draft.model)
+        end = time.perf_counter()
+        tokens = [int(t) for t in out[0, len(ids):]]
+        if self.eos_token_ids & set(tokens):  # assisted generation may run past a stop inside an accepted window
+            tokens = tokens[: next(i for i, t in enumerate(tokens) if t in self.eos_token_ids) + 1]
+        finish = "stop" if tokens and tokens[-1] in self.eos_token_ids else "length"
+        return Generation(tokens=tokens, text=self.decode(tokens), finish_reason=finish,
+                          step_logits=np.zeros((0, self.vocab_size), "<f4"), prefill_seconds=0.0,
+                          decode_seconds=end - start, extra={"num_draft": num_draft, "assisted": True})
+
 class _FirstTokenTimer:
     """A minimal streamer: notes when the first generated token arrives (prefill end)."""
 
