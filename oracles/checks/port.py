@@ -1,0 +1,97 @@
+"""Port-vs-reference thresholds and figures (pure numpy): ids, argmax agreement, max |Δlogit|, NMSE,
+KL(reference‖port), first divergent generated token. Used by ``tests/oracles/test_port.py`` and
+``oracles compare``.
+
+The thresholds are float32 thresholds: a port that computes the same float32 graph in another order
+(other BLAS blocking, fused kernels, another attention kernel) and nothing else. Measured here, MLX
+(CPU) against transformers on SmolLM2-135M-Instruct: max |Δlogit| 1.5e-4 on the 31-token "ping"
+prefill, logits of magnitude up to ~30, so about 40 float32 ULPs at that magnitude after 30 layers.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from oracles.checks.close import kl_divergence, log_softmax64, nmse
+
+#: max |Δlogit|: 30x the measured 1.5e-4, room for longer contexts (the error grows with the number
+#: of attended positions) yet 100x below the 0.5+ a real bug gives (a wrong RoPE base measured 9.96).
+MAX_ABS_LOGIT = 5e-3
+#: NMSE: (5e-3 / typical |logit| of ~5)^2 = 1e-6; a sign or scale error gives >1e-2.
+MAX_NMSE = 1e-6
+#: KL(ref‖port) in nats, per row: for small logit noise e, KL ~ Var_p(e)/2 <= (5e-3)^2 / 2 = 1.25e-5.
+MAX_KL = 1.25e-5
+#: An argmax may differ only where the reference's top-2 gap is below this (a near tie that float32
+#: reordering can flip): twice the max |Δlogit| allowed.
+NEAR_TIE = 2 * MAX_ABS_LOGIT
+
+
+def first_divergence(ref: Sequence[int], port: Sequence[int]) -> int | None:
+    """First position where two token lists differ (a shorter list differs at its end), None if equal."""
+    n = min(len(ref), len(port))
+    for i in range(n):
+        if int(ref[i]) != int(port[i]):
+            return i
+    return None if len(ref) == len(port) else n
+
+
+def top2_gap(logits: Any) -> np.ndarray:
+    """Per row, the largest logit minus the second largest (float64)."""
+    x = np.asarray(logits, dtype=np.float64).reshape(-1, np.shape(logits)[-1])
+    part = np.partition(x, -2, axis=-1)
+    return part[:, -1] - part[:, -2]
+
+
+def port_figures(ref_logits: Any, port_logits: Any) -> dict[str, Any]:
+    """Every figure of two ``[T, V]`` (or ``[V]``) float32 logit arrays, JSON-safe.
+
+    Keys: rows, argmax_agreement, disagreements (rows where the argmax differs, with the reference's
+    top-2 gap), max_abs, argmax_row_max_abs, nmse, kl_mean, kl_max, kl_argmax_row, bit_equal.
+
+    Raises:
+        ValueError: shapes differ, or a value is not finite (row and column named).
+    """
+    r = np.asarray(ref_logits, dtype=np.float32)
+    p = np.asarray(port_logits, dtype=np.float32)
+    if r.shape != p.shape:
+        raise ValueError(f"logit shapes differ: reference {list(r.shape)} vs port {list(p.shape)}")
+    r2, p2 = r.reshape(-1, r.shape[-1]), p.reshape(-1, p.shape[-1])
+    for name, a in (("reference", r2), ("port", p2)):
+        bad = ~np.isfinite(a)
+        if bad.any():
+            row, col = (int(i) for i in np.argwhere(bad)[0])
+            raise ValueError(f"{name} logits hold {int(bad.sum())} non-finite values; first at position {row}, "
+                             f"token id {col}: {float(a[row, col])}")
+    ra, pa = r2.argmax(-1), p2.argmax(-1)
+    gaps = top2_gap(r2)
+    kl = kl_divergence(r2, p2)
+    dis = [{"row": int(i), "ref": int(ra[i]), "port": int(pa[i]), "ref_top2_gap": float(gaps[i])}
+           for i in np.flatnonzero(ra != pa)]
+    absd = np.abs(r2.astype(np.float64) - p2)
+    return {"rows": int(r2.shape[0]), "argmax_agreement": float((ra == pa).mean()), "disagreements": dis,
+            "max_abs": float(absd.max()), "max_abs_at": [int(i) for i in np.unravel_index(int(absd.argmax()), absd.shape)],
+            "nmse": nmse(r2, p2), "kl_mean": float(kl.mean()), "kl_max": float(kl.max()),
+            "kl_argmax_row": int(kl.argmax()), "bit_equal": bool(np.array_equal(r2.view("<u4"), p2.view("<u4")))}
+
+
+def threshold_failures(fig: dict[str, Any]) -> list[str]:
+    """The thresholds ``fig`` (from :func:`port_figures`) passes, each as one line; [] when within all."""
+    out = []
+    if fig["max_abs"] > MAX_ABS_LOGIT:
+        out.append(f"max |Δlogit| {fig['max_abs']:.3e} > {MAX_ABS_LOGIT:g} at (row, token) {fig['max_abs_at']}")
+    if fig["nmse"] > MAX_NMSE:
+        out.append(f"NMSE {fig['nmse']:.3e} > {MAX_NMSE:g}")
+    if fig["kl_max"] > MAX_KL:
+        out.append(f"KL(ref‖port) max {fig['kl_max']:.3e} > {MAX_KL:g} nats at row {fig['kl_argmax_row']}")
+    hard = [d for d in fig["disagreements"] if d["ref_top2_gap"] >= NEAR_TIE]
+    if hard:
+        d = hard[0]
+        out.append(f"argmax differs at row {d['row']}: reference {d['ref']} vs port {d['port']} with a reference "
+                   f"top-2 gap {d['ref_top2_gap']:.3e} >= {NEAR_TIE:g} (not a near tie); {len(hard)} such rows")
+    return out
+
+
+__all__ = ["MAX_ABS_LOGIT", "MAX_NMSE", "MAX_KL", "NEAR_TIE", "first_divergence", "port_figures",
+           "threshold_failures", "top2_gap", "log_softmax64"]

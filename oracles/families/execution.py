@@ -1,0 +1,107 @@
+"""The execution oracles' records, caps and session runs (shared by the mtplx, mtplx_chat and port tests).
+
+Every heavy run goes through the session's ``runs(key, fn)`` memo with one key scheme, so a port test
+reuses exactly the run the family test made (``("prefill", engine, record)`` is test_forward's key):
+
+    ("prefill", engine, record)                   cold forward of a prompt record, every row
+    ("decode", engine, record)                    greedy cache-continuation decode + recomputes
+    ("generate", engine, record, mode, attempt)   the engine's own generate; mode greedy|sampled
+    ("speculate", engine, record, draft)          draft/verify/commit cycles; draft self|twin
+    ("library-speculative", engine, record, draft, window)  the library's own speculative generation
+    ("chat", engine, record)                      a chat record through one live cache
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from oracles.engines.base import Generation, Sampler
+from oracles.families.chat import ChatRun, load_chats, run_chat
+from oracles.families.decode import DecodeRun, greedy_decode
+from oracles.families.mtplx import PromptRecord, load_prompts
+from oracles.families.speculative import SpeculativeRun, speculate
+from oracles.records import RECORDS
+
+DRAFT_PIN = "smollm2-draft-twin"
+GENERATION = load_prompts(RECORDS / "mtplx" / "generation.json")
+CHATS = load_chats()
+
+#: Cap of the decode and generation oracles. The reference's greedy answer to "arith" stops after 18
+#: tokens and its seed-0 sample after 34; 64 leaves room and bounds a port that never stops
+#: (finish_reason "length", recorded).
+MAX_NEW_TOKENS = 64
+#: Recompute every k-th decode step (plus the first and the last): a recompute is a prefill, about
+#: 4 s of MLX CPU time at these lengths.
+RECOMPUTE_EVERY = 6
+#: Drafts a speculative cycle.
+NUM_DRAFT = 3
+#: mlx-lm's RotatingKVCache size for the long speculative case: the "arith" prompt (45 ids) fits,
+#: its answer (18 tokens) carries the total to 63 and past the window after the 3rd token.
+KV_WINDOW = 48
+
+GREEDY = Sampler()
+#: The seed's sampled setting: temperature 0.6, top-p 0.95, top-k 20, seed 0.
+SAMPLED = Sampler(temperature=0.6, top_p=0.95, top_k=20, seed=0)
+SAMPLERS = {"greedy": GREEDY, "sampled": SAMPLED}
+
+Runs = Callable[[Any, Callable[[], Any]], Any]
+
+
+def prefill(runs: Runs, engine: Any, record: PromptRecord) -> Any:
+    return runs(("prefill", engine.id, record.id), lambda: engine.forward(list(record.ids)))
+
+
+def check_fits(engine: Any, record_id: str, n: int) -> None:
+    """Refuse a prompt of ``n`` ids that does not fit ``engine``'s context, naming the record and the
+    first position past the context.
+
+    Raises:
+        ValueError: ``n > engine.max_context`` (when the engine has one).
+    """
+    if engine.max_context and n > engine.max_context:
+        raise ValueError(f"record {record_id!r}: {n} prompt tokens do not fit the context of {engine.max_context} "
+                         f"({engine.id}, pin {engine.pin}); position {engine.max_context} is past its end")
+
+
+def greedy_decode_checked(engine: Any, record: PromptRecord) -> DecodeRun:
+    """:func:`greedy_decode` of a record after :func:`check_fits`."""
+    check_fits(engine, record.id, len(record.ids))
+    return greedy_decode(engine, record.ids, MAX_NEW_TOKENS, RECOMPUTE_EVERY)
+
+
+def decode(runs: Runs, engine: Any, record: PromptRecord) -> DecodeRun:
+    return runs(("decode", engine.id, record.id), lambda: greedy_decode_checked(engine, record))
+
+
+def generate(runs: Runs, engine: Any, record: PromptRecord, mode: str, attempt: int = 1) -> Generation:
+    return runs(("generate", engine.id, record.id, mode, attempt),
+                lambda: engine.generate(list(record.ids), SAMPLERS[mode], MAX_NEW_TOKENS))
+
+
+def draft_engine(engines: Callable[..., Any], engine: Any, draft: str) -> Any:
+    """``"self"``: the engine drafts for itself; ``"twin"``: the same framework on the draft twin pin."""
+    return engine if draft == "self" else engines(engine.id, DRAFT_PIN)
+
+
+def speculative(runs: Runs, engines: Callable[..., Any], engine: Any, record: PromptRecord, draft: str) -> SpeculativeRun:
+    return runs(("speculate", engine.id, record.id, draft),
+                lambda: speculate(engine, draft_engine(engines, engine, draft), record.ids, NUM_DRAFT, MAX_NEW_TOKENS))
+
+
+def library_speculative(runs: Runs, engines: Callable[..., Any], engine: Any, record: PromptRecord, draft: str,
+                        window: int | None = None) -> Generation:
+    def go() -> Generation:
+        other = draft_engine(engines, engine, draft)
+        kw = {} if window is None else {"max_kv_size": window}
+        return engine.speculative(list(record.ids), other, NUM_DRAFT, MAX_NEW_TOKENS, **kw)
+
+    return runs(("library-speculative", engine.id, record.id, draft, window), go)
+
+
+def windowed_generate(runs: Runs, engine: Any, record: PromptRecord, window: int) -> Generation:
+    return runs(("generate-window", engine.id, record.id, window),
+                lambda: engine.generate(list(record.ids), GREEDY, MAX_NEW_TOKENS, max_kv_size=window))
+
+
+def chat(runs: Runs, engine: Any, record: Any) -> ChatRun:
+    return runs(("chat", engine.id, record.id), lambda: run_chat(engine, record))

@@ -1,0 +1,109 @@
+"""Cache-continuation decode (mtplx): greedy through the KV cache from the prefill to a stop token,
+the cached logits held against full recomputes of the prefix; and the bad-input checks of forward.
+
+Runs on the reference and on every port; each decode runs once per session (``runs``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+
+from oracles.checks.exact import diff
+from oracles.families import execution as ex
+from oracles.families.decode import recompute_steps
+from oracles.families.mtplx import PromptRecord, load_prompts
+from oracles.fingerprint import as_f4, fingerprint, row_fingerprints
+
+pytestmark = [pytest.mark.mtplx, pytest.mark.slow, pytest.mark.xdist_group("mtplx")]
+
+#: Cached vs recomputed logits. A decode step multiplies one row through every matmul and attends
+#: over cached keys; the recompute runs T rows at once, so BLAS blocks and reduction orders differ
+#: (the reference measured ~3e-5 between a last row computed with 1 vs T rows). Those float32
+#: reorderings compound over 30 layers to a few 1e-4 at logits of magnitude ~30 (MLX: 1.5e-4 on
+#: "ping" vs torch); 2e-3 is ~10x that and ~250x below a stale or misplaced cache entry (whole-logit
+#: changes of 0.5 and more). Bit equality is recorded per step beside it.
+RECOMPUTE_ATOL = 2e-3
+
+
+@pytest.fixture(params=ex.GENERATION, ids=[r.id for r in ex.GENERATION])
+def record(request: pytest.FixtureRequest) -> PromptRecord:
+    return request.param
+
+
+@pytest.fixture
+def engine(engines: Callable[..., Any], engine_id: str) -> Any:
+    return engines(engine_id)
+
+
+def test_decode_to_stop(runs: Callable[..., Any], engine: Any, record: PromptRecord, receipt: Any) -> None:
+    """Greedy decode through the cache reaches a stop token within the cap (the cap is recorded)."""
+    run = ex.decode(runs, engine, record)
+    receipt.update(request_sha256=record.sha256, engine=engine.id, kind="decode", ids=list(record.ids),
+                   tokens=run.tokens, text=engine.decode(run.tokens), finish_reason=run.finish_reason,
+                   max_new_tokens=run.max_new_tokens, argmax=[int(i) for i in run.step_logits.argmax(-1)],
+                   row_sha256=row_fingerprints(run.step_logits, f"{record.id}: decode step logits"),
+                   prefill_seconds=round(run.prefill_seconds, 4), decode_seconds=round(run.decode_seconds, 4),
+                   decode_tokens_per_second=round(run.decode_tokens_per_second, 3))
+    receipt.array("last_logits", run.step_logits[-1])
+    assert run.tokens, f"{record.id}: no token decoded"
+    assert run.finish_reason == "stop", (f"{record.id}: no stop token {sorted(engine.eos_token_ids)} within "
+                                         f"max_new_tokens={run.max_new_tokens}; last tokens {run.tokens[-8:]}")
+
+
+def test_decode_argmax_chain(runs: Callable[..., Any], engine: Any, record: PromptRecord) -> None:
+    """Each decoded token is the argmax of the cached row it was chosen from (the loop fed what it chose)."""
+    run = ex.decode(runs, engine, record)
+    chosen = [int(i) for i in run.step_logits.argmax(-1)]
+    assert len(chosen) == len(run.tokens), f"{record.id}: {len(chosen)} logit rows for {len(run.tokens)} tokens"
+    first = next((i for i, (a, b) in enumerate(zip(chosen, run.tokens)) if a != b), None)
+    assert first is None, f"{record.id}: step {first}: token {run.tokens[first]} but the row's argmax is {chosen[first]}"
+
+
+def test_decode_matches_recompute(runs: Callable[..., Any], engine: Any, record: PromptRecord, receipt: Any) -> None:
+    """Cached logits agree with a cold recompute of the whole prefix at the first, last and every k-th step."""
+    run = ex.decode(runs, engine, record)
+    steps = recompute_steps(len(run.tokens), run.every)
+    assert sorted(run.recomputed) == steps, f"{record.id}: recomputed steps {sorted(run.recomputed)} != {steps}"
+    figures, failures = [], []
+    for s in steps:
+        cached, cold = as_f4(run.step_logits[s], f"{record.id} step {s}: cached row"), as_f4(run.recomputed[s])
+        bits, near = diff(cached, cold), diff(cached, cold, atol=RECOMPUTE_ATOL)
+        same_argmax = int(cached.argmax()) == int(cold.argmax())
+        figures.append({"step": s, "prefix_tokens": len(run.prompt) + s, "bit_equal": bits.equal,
+                        "max_abs": bits.max_abs, "max_ulp": bits.max_ulp, "argmax_agree": same_argmax})
+        if not near.equal or not same_argmax:
+            failures.append(near.describe(f"step {s} (prefix {len(run.prompt) + s} tokens), argmax cached "
+                                          f"{int(cached.argmax())} vs recompute {int(cold.argmax())}",
+                                          f"differ by more than {RECOMPUTE_ATOL:g}"))
+    receipt.update(request_sha256=record.sha256, every=run.every, compared_steps=steps, steps=figures,
+                   atol=RECOMPUTE_ATOL, recompute_seconds=round(run.recompute_seconds, 4),
+                   max_abs=max(f["max_abs"] for f in figures))
+    assert not failures, f"{record.id}: {len(failures)} of {len(steps)} compared steps fail: " + "; ".join(failures)
+
+
+def test_decode_first_step_equals_prefill(runs: Callable[..., Any], engine: Any, record: PromptRecord) -> None:
+    """Step 0's row comes from a cold prefill with the cache on; the recompute is the same forward with
+    the cache off: same rows through the same kernels, so the bits must be equal."""
+    run = ex.decode(runs, engine, record)
+    d = diff(run.step_logits[0], run.recomputed[0])
+    assert d.equal, d.describe(f"{record.id}: prefill row with cache vs without", "differ in bits")
+
+
+def test_prompt_longer_than_context(engine: Any, receipt: Any) -> None:
+    """A prompt longer than the context is refused before any compute, naming both lengths."""
+    too_long = [1] * (engine.max_context + 1)
+    with pytest.raises(ValueError, match=rf"{engine.max_context + 1} new tokens exceed the context of {engine.max_context}") as err:
+        engine.forward(too_long, engine.make_cache(), keep=1)
+    receipt.update(max_context=engine.max_context, message=str(err.value))
+
+
+def test_prompt_longer_than_context_names_record(engine: Any) -> None:
+    """The decode oracle on such a record fails naming the record and the position the context ends at."""
+    record = PromptRecord("over-context", ({"role": "user", "content": "x"},), "0" * 64,
+                          tuple([1] * (engine.max_context + 1)), "smollm2-135m-instruct")
+    with pytest.raises(ValueError) as err:
+        ex.greedy_decode_checked(engine, record)
+    assert "over-context" in str(err.value) and f"position {engine.max_context}" in str(err.value), str(err.value)

@@ -1,0 +1,99 @@
+"""Speculative draft/verify/commit (mtplx): cycles written out on the engine's forward and cache with a
+draft model (the engine drafting for itself, and the tiny seeded twin), and the library's own
+speculative generation (transformers' assisted generation, mlx-lm's speculative_generate_step).
+Greedy speculative output must equal greedy autoregressive output token for token.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pytest
+
+from oracles.checks.exact import assert_ids_equal
+from oracles.families import execution as ex
+from oracles.families.mtplx import PromptRecord
+
+pytestmark = [pytest.mark.mtplx, pytest.mark.slow, pytest.mark.xdist_group("mtplx")]
+
+DRAFTS = ["self", "twin"]
+
+
+@pytest.fixture(params=ex.GENERATION, ids=[r.id for r in ex.GENERATION])
+def record(request: pytest.FixtureRequest) -> PromptRecord:
+    return request.param
+
+
+@pytest.fixture
+def engine(engines: Callable[..., Any], engine_id: str) -> Any:
+    return engines(engine_id)
+
+
+@pytest.mark.parametrize("draft", DRAFTS)
+def test_cycles_equal_greedy(runs: Callable[..., Any], engines: Callable[..., Any], engine: Any, record: PromptRecord,
+                             draft: str, receipt: Any) -> None:
+    """Draft/verify/commit cycles commit exactly the greedy AR tokens; every cycle recorded."""
+    spec = ex.speculative(runs, engines, engine, record, draft)
+    ar = ex.decode(runs, engine, record)
+    receipt.update(request_sha256=record.sha256, engine=engine.id, draft=draft, num_draft=spec.num_draft,
+                   tokens=spec.tokens, finish_reason=spec.finish_reason, cycles=[c.to_json() for c in spec.cycles],
+                   drafted=spec.drafted, accepted=spec.accepted, seconds=round(spec.seconds, 4))
+    assert_ids_equal(spec.tokens, ar.tokens, f"{record.id}: speculative ({draft} draft) vs greedy AR decode")
+    assert spec.finish_reason == ar.finish_reason, f"{record.id}: finish {spec.finish_reason} vs AR {ar.finish_reason}"
+
+
+@pytest.mark.parametrize("draft", DRAFTS)
+def test_cycle_bookkeeping(runs: Callable[..., Any], engines: Callable[..., Any], engine: Any, record: PromptRecord,
+                           draft: str) -> None:
+    """Each cycle commits its accepted drafts then exactly one target token (correction xor bonus)."""
+    spec = ex.speculative(runs, engines, engine, record, draft)
+    for i, c in enumerate(spec.cycles):
+        assert 0 <= c.accepted <= len(c.drafts), f"{record.id} cycle {i}: accepted {c.accepted} of {len(c.drafts)}"
+        assert (c.correction is None) != (c.bonus is None), f"{record.id} cycle {i}: correction {c.correction}, bonus {c.bonus}"
+        last = c.correction if c.correction is not None else c.bonus
+        assert c.committed[: c.accepted] == c.drafts[: c.accepted] and c.committed[c.accepted:][:1] == [last], (
+            f"{record.id} cycle {i}: committed {c.committed} from drafts {c.drafts}, accepted {c.accepted}, target {last}")
+        if c.correction is not None:
+            assert c.correction != c.drafts[c.accepted], f"{record.id} cycle {i}: correction equals the rejected draft"
+    committed = [t for c in spec.cycles for t in c.committed]
+    assert committed[: len(spec.tokens)] == spec.tokens, f"{record.id}: cycle commits do not spell the output"
+
+
+def test_self_draft_accepts(runs: Callable[..., Any], engines: Callable[..., Any], engine: Any, record: PromptRecord,
+                            receipt: Any) -> None:
+    """The engine drafting for itself: a rejection needs a near tie flipped between a 1-row and a
+    (d+1)-row forward, so at least 90% of drafts are accepted (a broken rollback rejects most)."""
+    spec = ex.speculative(runs, engines, engine, record, "self")
+    rate = spec.accepted / spec.drafted if spec.drafted else 1.0
+    receipt.update(acceptance=rate, drafted=spec.drafted, accepted=spec.accepted)
+    assert rate >= 0.9, f"{record.id}: self-draft acceptance {rate:.2%} ({spec.accepted} of {spec.drafted})"
+
+
+@pytest.mark.parametrize("draft", ["twin"])
+def test_library_speculative_equals_greedy(runs: Callable[..., Any], engines: Callable[..., Any], engine: Any,
+                                           record: PromptRecord, draft: str, receipt: Any) -> None:
+    """The library's own speculative/assisted generation equals its greedy generation token for token
+    (twin draft only: the self draft is exercised by the written-out cycles; budget)."""
+    spec = ex.library_speculative(runs, engines, engine, record, draft)
+    ar = ex.generate(runs, engine, record, "greedy")
+    receipt.update(request_sha256=record.sha256, engine=engine.id, draft=draft, tokens=spec.tokens,
+                   finish_reason=spec.finish_reason, **{k: v for k, v in spec.extra.items() if k != "max_kv_size"})
+    assert_ids_equal(spec.tokens, ar.tokens, f"{record.id}: {engine.id} library speculative ({draft}) vs greedy")
+
+
+def test_library_speculative_past_kv_window(runs: Callable[..., Any], engines: Callable[..., Any], engine: Any,
+                                            receipt: Any) -> None:
+    """Past the engine's cache-size limit: mlx-lm with ``max_kv_size`` = KV_WINDOW (RotatingKVCache,
+    keep=4): "arith" has 45 prompt ids and an 18-token answer, so the total (63) passes the 48-entry
+    window after the 3rd token. Speculative (twin draft) must equal AR generation under the same window."""
+    if engine.id == "torch":
+        pytest.skip("transformers' Llama has no sliding window and DynamicCache no size limit; its one limit, "
+                    "max_position_embeddings 8192, is refused by test_decode.py::test_prompt_longer_than_context")
+    record = next(r for r in ex.GENERATION if r.id == "arith")
+    ar = ex.windowed_generate(runs, engine, record, ex.KV_WINDOW)
+    spec = ex.library_speculative(runs, engines, engine, record, "twin", ex.KV_WINDOW)
+    total = len(record.ids) + len(ar.tokens)
+    receipt.update(request_sha256=record.sha256, window=ex.KV_WINDOW, total_tokens=total, ar_tokens=ar.tokens,
+                   tokens=spec.tokens, from_draft=spec.extra.get("from_draft"))
+    assert total > ex.KV_WINDOW, f"the case does not pass the window: {total} <= {ex.KV_WINDOW}"
+    assert_ids_equal(spec.tokens, ar.tokens, f"arith: speculative vs AR with max_kv_size={ex.KV_WINDOW}")
