@@ -22,10 +22,19 @@ from oracles.plugin import emit
 pytest_plugins = ["pytester"]
 
 
+_ENGINE_IDS = pytest.StashKey[list[str]]()
+
+
 def engine_ids(config: pytest.Config) -> list[str]:
-    """The reference's engine id, then each port's (``--reference``, ``--port``)."""
-    reference = config.getoption("reference")
-    return [reference, *resolve_ports(config.getoption("port"), reference)]
+    """The reference's engine id, then each port's (``--reference``, ``--port``).
+
+    Resolved once per session: each resolution scans the installed entry points (~20 ms), and
+    every test module that takes ``engine_id`` asks (1 s of ``pytest -m dry`` collection otherwise).
+    """
+    if _ENGINE_IDS not in config.stash:
+        reference = config.getoption("reference")
+        config.stash[_ENGINE_IDS] = [reference, *resolve_ports(config.getoption("port"), reference)]
+    return list(config.stash[_ENGINE_IDS])
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
