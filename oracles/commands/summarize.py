@@ -1,0 +1,177 @@
+"""``oracles summarize RECEIPT``: the d1 table of a receipt.
+
+Reads the d1 records a receipt holds (``test_readout``: one per question and engine;
+``test_tree_vs_row``: the tree path's answer; ``test_red_arm``; ``test_tree_split``: timings;
+``test_dry_request``: rejected questions) and writes, beside the receipt unless ``--out`` says
+otherwise, ``<receipt stem>.d1-summary.json`` and ``.d1-summary.png`` (both created exclusively,
+never overwritten), and prints the table: near ties (top-2 gap <= 0.02), top-2 gap percentiles, gold
+agreement overall and by type, source, length bucket and path, seconds per bucket, tree/row time
+ratio, and the red arms. Percentiles are nearest-rank on the sorted gaps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import math
+from pathlib import Path
+from typing import Any, Iterable
+
+from oracles.errors import FixtureError
+from oracles.receipts import dump_json, load_json, write_exclusive
+
+NEAR_TIE = 0.02  # oracles.families.d1.NEAR_TIE (not imported: this command stays light)
+PERCENTILES = (0.0, 0.05, 0.10, 0.25, 0.50)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("receipt", type=Path, help="a receipt .json holding d1 tests")
+    parser.add_argument("--out", type=Path, default=None, metavar="DIR", help="folder for the summary files; default: beside the receipt")
+
+
+def _tests(receipt: dict[str, Any], check: str) -> list[dict[str, Any]]:
+    return [t for t in receipt.get("tests", []) if t.get("check") == check and t.get("data")]
+
+
+def _engine(t: dict[str, Any]) -> str:
+    return str(t["data"].get("engine") or t.get("record_id", "").rsplit("-", 1)[-1])
+
+
+def rate(rows: Iterable[dict[str, Any]], key: str = "gold_match") -> dict[str, Any]:
+    """Questions, near ties and gold agreement of ``rows`` (``key`` holds True/False/None per row)."""
+    rows = list(rows)
+    gold = [r[key] for r in rows if r.get(key) is not None]
+    return {"questions": len(rows), "near_tie": sum(bool(r.get("near_tie")) for r in rows), "gold_n": len(gold),
+            "gold_match": sum(gold), "gold_rate": round(sum(gold) / len(gold), 4) if gold else None}
+
+
+def percentile(sorted_values: list[float], q: float) -> float | None:
+    """Nearest-rank percentile of already sorted values (None when empty)."""
+    if not sorted_values:
+        return None
+    return sorted_values[min(len(sorted_values) - 1, max(0, math.ceil(q * len(sorted_values)) - 1))]
+
+
+def summarize(receipt: dict[str, Any]) -> dict[str, Any]:
+    """The summary document of a receipt, one block per engine (see the module docstring).
+
+    Raises:
+        FixtureError: the receipt holds no d1 ``test_readout`` record.
+    """
+    readouts = _tests(receipt, "test_readout")
+    if not readouts:
+        raise FixtureError("no d1 test_readout records in this receipt (run `pytest -m d1 --runslow`)")
+    trees = {(_engine(t), t["data"].get("record"), t["data"].get("qid")): t for t in _tests(receipt, "test_tree_vs_row")}
+    out: dict[str, Any] = {"kind": "d1-summary", "receipt_run_id": receipt.get("run_id"), "near_tie_threshold": NEAR_TIE,
+                           "engines": {}}
+    for engine in sorted({_engine(t) for t in readouts}):
+        per_q = [t["data"] | {"outcome": t["outcome"]} for t in readouts if _engine(t) == engine]
+        gaps = sorted(q["top2_gap"] for q in per_q)
+        by = lambda f: {str(k): rate(q for q in per_q if q[f] == k)  # noqa: E731
+                        for k in sorted({q[f] for q in per_q}, key=lambda v: (isinstance(v, str), v))}
+        tree_rows = [{"gold_match": tt["data"].get("gold_match_tree")} for (e, _, _), tt in trees.items() if e == engine]
+        buckets: dict[str, dict[str, float]] = {}
+        for q in per_q:
+            b = buckets.setdefault(str(q["bucket"]), {"rows": 0, "seconds": 0.0, "tokens": 0})
+            b["rows"] += 1
+            b["seconds"] = round(b["seconds"] + q.get("seconds", 0.0), 4)
+            b["tokens"] += q["row_len"]
+        splits = [t["data"] for t in _tests(receipt, "test_tree_split") if _engine(t) == engine]
+        tree_s, rows_s = sum(s["tree_seconds"] for s in splits), sum(s["rows_seconds"] for s in splits)
+        arms = [t["data"] | {"id": t["record_id"], "outcome": t["outcome"]} for t in _tests(receipt, "test_red_arm")
+                if _engine(t) == engine]
+        dps = [t["data"]["max_abs_dp"] for t in trees.values() if _engine(t) == engine]
+        out["engines"][engine] = {
+            "questions": len(per_q),
+            "near_ties": {"count": sum(q["near_tie"] for q in per_q),
+                          "ids": [f"{q['record']}/{q['qid']}" for q in per_q if q["near_tie"]]},
+            "top2_gap": {f"p{int(p * 100):02d}": percentile(gaps, p) for p in PERCENTILES},
+            "gold_overall": rate(per_q), "by_type": by("type"), "by_source": by("source"), "by_bucket": by("bucket"),
+            "by_path": {"row": rate(per_q), "tree": rate(tree_rows)},
+            "seconds_by_bucket": buckets,
+            "tree_vs_row": {"requests": len(splits), "tree_seconds": round(tree_s, 4), "rows_seconds": round(rows_s, 4),
+                            "tree_over_rows": round(tree_s / rows_s, 4) if rows_s else None,
+                            "max_abs_dp": max(dps, default=None)},
+            "red_arms": [{k: a.get(k) for k in ("id", "kind", "base", "max_abs_dp", "argmax_base", "argmax_arm",
+                                                "threshold", "outcome")} | {"red": a["max_abs_dp"] > a["threshold"]}
+                         for a in arms],
+            "per_question": [{k: q.get(k) for k in ("record", "qid", "type", "source", "bucket", "path", "row_len",
+                                                    "argmax_key", "gold_key", "gold_match", "top2_gap", "near_tie")}
+                             for q in per_q],
+        }
+    out["rejected"] = [{"record": t["record_id"], **r} for t in _tests(receipt, "test_dry_request")
+                       for r in t["data"].get("rejected", [])]
+    return out
+
+
+def table(summary: dict[str, Any]) -> list[str]:
+    """The printed table, one block per engine."""
+    lines = []
+    for engine, s in summary["engines"].items():
+        g = s["gold_overall"]
+        lines += [f"== d1 summary: engine {engine}: {s['questions']} questions",
+                  f"gold agreement {g['gold_match']}/{g['gold_n']} = {g['gold_rate']}; near ties (gap <= "
+                  f"{summary['near_tie_threshold']}): {s['near_ties']['count']} {s['near_ties']['ids']}",
+                  "top-2 gap " + "  ".join(f"{k}={v:.4f}" for k, v in s["top2_gap"].items() if v is not None)]
+        for name in ("by_type", "by_source", "by_bucket", "by_path"):
+            lines.append(f"{name:<10} " + "  ".join(f"{k}: {v['gold_match']}/{v['gold_n']}" for k, v in s[name].items()))
+        lines.append("seconds    " + "  ".join(f"{k}: {v['seconds']:.2f}s/{v['rows']} rows/{v['tokens']} tok"
+                                               for k, v in s["seconds_by_bucket"].items()))
+        t = s["tree_vs_row"]
+        lines.append(f"tree/row   {t['requests']} requests: tree {t['tree_seconds']:.2f}s vs rows {t['rows_seconds']:.2f}s "
+                     f"= {t['tree_over_rows']}; max |dp| tree vs row {t['max_abs_dp']}")
+        for a in s["red_arms"]:
+            lines.append(f"red arm    {a['id']:<40} {a['kind']:<10} base {a['base']:<26} max|dp| {a['max_abs_dp']:.4f} "
+                         f"{a['argmax_base']} -> {a['argmax_arm']} {'RED' if a['red'] else 'not red'} ({a['outcome']})")
+    if summary["rejected"]:
+        lines.append("rejected   " + "; ".join(f"{r['record']}/{r['qid']} ({r['field']})" for r in summary["rejected"]))
+    return lines
+
+
+def plot(summary: dict[str, Any]) -> bytes:
+    """PNG bytes: gold agreement by length bucket (left) and the top-2 gap histogram (right)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for engine, s in summary["engines"].items():
+        items = [(k, v) for k, v in s["by_bucket"].items() if v["gold_rate"] is not None]
+        ax1.plot([k for k, _ in items], [v["gold_rate"] for _, v in items], marker="o", label=engine)
+        for k, v in items:
+            ax1.annotate(f"{v['gold_match']}/{v['gold_n']}", (k, v["gold_rate"]), textcoords="offset points",
+                         xytext=(0, 6), ha="center", fontsize=8)
+        ax2.hist([q["top2_gap"] for q in s["per_question"]], bins=20, range=(0, 1), alpha=0.6, label=engine)
+    ax1.set(title="gold agreement by length bucket", xlabel="state length bucket (tokens)", ylabel="gold agreement",
+            ylim=(0, 1.1))
+    ax2.axvline(summary["near_tie_threshold"], color="red", linestyle="--", linewidth=1, label="near tie")
+    ax2.set(title="top-2 probability gap", xlabel="p(top 1) - p(top 2)", ylabel="questions")
+    ax1.legend()
+    ax2.legend()
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def run(args: argparse.Namespace) -> int:
+    receipt = load_json(args.receipt)
+    if not isinstance(receipt, dict) or "tests" not in receipt:
+        raise FixtureError(f"{args.receipt}: not a receipt: field 'tests' is missing")
+    try:
+        summary = summarize(receipt)
+    except FixtureError as exc:
+        raise FixtureError(f"{args.receipt}: {exc}") from None
+    folder = args.out or args.receipt.parent
+    stem = args.receipt.name.removesuffix(".json")
+    json_path, png_path = folder / f"{stem}.d1-summary.json", folder / f"{stem}.d1-summary.png"
+    summary["receipt"] = str(args.receipt)
+    png = plot(summary)
+    write_exclusive(json_path, dump_json(summary))
+    write_exclusive(png_path, png)
+    for line in table(summary):
+        print(line)
+    print(f"summary: {json_path}\nplot: {png_path}")
+    return 0

@@ -1,0 +1,91 @@
+"""``oracles summarize``: the d1 summary of a receipt (JSON created exclusively, table, PNG)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from oracles.cli import main
+from oracles.commands.summarize import percentile, summarize
+
+#: The PNG test imports matplotlib (seconds): it is not dry; the rest is.
+pytestmark = [pytest.mark.d1]
+
+
+def _readout(rid: str, qid: str, bucket: int, probs: list[float], gold: str, keys: list[str], typ: str = "noul",
+             path: str = "row") -> dict[str, Any]:
+    top = max(range(len(probs)), key=probs.__getitem__)
+    gap = sorted(probs)[-1] - sorted(probs)[-2]
+    return {"nodeid": f"tests/oracles/test_d1.py::test_readout[{rid}/{qid}-torch]", "check": "test_readout",
+            "record_id": f"{rid}/{qid}-torch", "outcome": "passed",
+            "data": {"record": rid, "qid": qid, "source": "facts", "type": typ, "bucket": bucket, "path": path,
+                     "row_len": bucket // 2, "keys": keys, "probs": probs, "argmax_key": keys[top], "gold_key": gold,
+                     "gold_match": keys[top] == gold, "top2_gap": gap, "near_tie": gap <= 0.02, "engine": "torch",
+                     "seconds": 0.5}}
+
+
+def _receipt() -> dict[str, Any]:
+    tests = [_readout("a", "q", 64, [0.9, 0.1], "true", ["true", "false"]),
+             _readout("b", "q", 64, [0.505, 0.495], "false", ["true", "false"]),
+             _readout("c", "x", 512, [0.2, 0.7, 0.1], "n", ["m", "n", "o"], typ="choice", path="tree"),
+             _readout("c", "y", 512, [0.6, 0.4], "false", ["true", "false"], path="tree"),
+             {"nodeid": "t::test_tree_vs_row[c/x-torch]", "check": "test_tree_vs_row", "record_id": "c/x-torch",
+              "outcome": "passed", "data": {"record": "c", "qid": "x", "max_abs_dp": 3e-6, "gold_match_tree": True}},
+             {"nodeid": "t::test_tree_vs_row[c/y-torch]", "check": "test_tree_vs_row", "record_id": "c/y-torch",
+              "outcome": "passed", "data": {"record": "c", "qid": "y", "max_abs_dp": 5e-6, "gold_match_tree": False}},
+             {"nodeid": "t::test_tree_split[c-torch]", "check": "test_tree_split", "record_id": "c-torch", "outcome": "passed",
+              "data": {"tree_seconds": 1.0, "rows_seconds": 2.0}},
+             {"nodeid": "t::test_red_arm[arm1-torch]", "check": "test_red_arm", "record_id": "arm1-torch", "outcome": "passed",
+              "data": {"kind": "word_flip", "base": "a/q", "max_abs_dp": 0.3, "threshold": 0.02, "argmax_base": "true",
+                       "argmax_arm": "false"}},
+             {"nodeid": "t::test_dry_request[d]", "check": "test_dry_request", "record_id": "d", "outcome": "passed",
+              "data": {"rejected": [{"qid": "z", "field": "questions.z.type", "reason": "unknown type"}]}}]
+    return {"run_id": "r", "tests": tests, "checks": {}}
+
+
+@pytest.mark.dry
+def test_summary_figures() -> None:
+    s = summarize(_receipt())
+    e = s["engines"]["torch"]
+    assert e["questions"] == 4
+    assert e["gold_overall"] == {"questions": 4, "near_tie": 1, "gold_n": 4, "gold_match": 2, "gold_rate": 0.5}
+    assert e["near_ties"] == {"count": 1, "ids": ["b/q"]}
+    assert e["by_bucket"]["64"]["gold_match"] == 1 and e["by_bucket"]["512"]["gold_match"] == 1
+    assert e["by_type"]["choice"]["gold_rate"] == 1.0
+    assert e["by_path"]["tree"] == {"questions": 2, "near_tie": 0, "gold_n": 2, "gold_match": 1, "gold_rate": 0.5}
+    assert e["tree_vs_row"]["tree_over_rows"] == 0.5 and e["tree_vs_row"]["max_abs_dp"] == 5e-6
+    assert e["red_arms"][0]["red"] is True and e["seconds_by_bucket"]["64"] == {"rows": 2, "seconds": 1.0, "tokens": 64}
+    assert s["rejected"] == [{"record": "d", "qid": "z", "field": "questions.z.type", "reason": "unknown type"}]
+    assert e["top2_gap"]["p00"] == pytest.approx(0.01) and e["top2_gap"]["p50"] == pytest.approx(0.2)
+
+
+@pytest.mark.dry
+def test_percentile_nearest_rank() -> None:
+    assert percentile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.0 and percentile([1.0, 2.0], 0.0) == 1.0
+    assert percentile([], 0.5) is None
+
+
+def test_command_writes_once_prints_and_plots(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "20260101T000000Z-r.json"
+    path.write_text(json.dumps(_receipt()))
+    assert main(["summarize", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "gold agreement 2/4 = 0.5" in out and "red arm" in out and "rejected" in out
+    summary = tmp_path / "20260101T000000Z-r.d1-summary.json"
+    png = tmp_path / "20260101T000000Z-r.d1-summary.png"
+    assert json.loads(summary.read_text())["engines"]["torch"]["questions"] == 4
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main(["summarize", str(path)]) == 2  # never overwritten
+    assert "already exists" in capsys.readouterr().err
+
+
+@pytest.mark.dry
+def test_receipt_without_d1_records_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"tests": [], "checks": {}}))
+    assert main(["summarize", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "r.json: no d1 test_readout records" in err and err.count("\n") == 1
