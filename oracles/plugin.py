@@ -1,4 +1,5 @@
-"""pytest hooks and options of pytest-oracles. State lives in :class:`oracles.state.RunState`.
+"""pytest hooks and options of pytest-oracles. State lives in :class:`oracles.state.RunState`;
+the ``receipt`` fixture's object is :class:`oracles.receipts.Receipt`.
 
 Imports here stay light (no torch, transformers or mlx): ``pytest -m dry`` must not load them.
 """
@@ -15,7 +16,7 @@ import pytest
 
 from oracles.errors import OracleError
 from oracles.pins import parse_snapshot_options
-from oracles.receipts import load_records
+from oracles.receipts import Receipt, load_records
 from oracles.state import DATA_KEY, EVENTS_KEY, RunState, environment
 
 STATE = pytest.StashKey[RunState]()
@@ -221,47 +222,6 @@ def emit(config: pytest.Config, event: str, **fields: Any) -> None:
     from oracles.state import worker_id
 
     config.stash[STATE].pending_events.append({"event": event, "worker": worker_id(), "at": time.time(), **fields})
-
-
-class Receipt:
-    """What the ``receipt`` fixture gives a test: attach JSON-safe data, or arrays to the npz sidecar.
-
-    ``receipt["key"] = value`` and ``receipt.update(...)`` validate at once (see
-    :func:`oracles.receipts.check_json_safe`): a set, a numpy scalar or an array raises TypeError
-    naming the key. ``receipt.array(name, a)`` stores ``a`` in the run's npz sidecar under
-    ``<test>::<name>`` and attaches its key, shape and dtype.
-    """
-
-    def __init__(self, data: dict[str, Any], staging: Path | None, nodeid: str) -> None:
-        self._data, self._staging, self._nodeid = data, staging, nodeid
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        from oracles.receipts import check_json_safe
-
-        if type(key) is not str:
-            raise TypeError(f"receipt data key {key!r} is a {type(key).__name__}, not a str")
-        check_json_safe(value, key)
-        self._data[key] = value
-
-    def __getitem__(self, key: str) -> Any:
-        return self._data[key]
-
-    def update(self, values: dict[str, Any] | None = None, **kw: Any) -> None:
-        for key, value in {**(values or {}), **kw}.items():
-            self[key] = value
-
-    def array(self, name: str, a: Any) -> None:
-        import hashlib
-
-        import numpy as np
-
-        arr = np.asarray(a)
-        key = f"{self._nodeid}::{name}"
-        safe = hashlib.sha256(key.encode()).hexdigest()[:16] + "_" + "".join(c if c.isalnum() else "_" for c in name)
-        if self._staging is not None:
-            self._staging.mkdir(parents=True, exist_ok=True)
-            np.save(self._staging / f"{safe}.npy", arr, allow_pickle=False)
-        self._data.setdefault("arrays", {})[name] = {"npz_key": safe, "shape": list(arr.shape), "dtype": arr.dtype.str}
 
 
 @pytest.fixture

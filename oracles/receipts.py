@@ -173,6 +173,47 @@ def check_json_safe(value: Any, key: str) -> None:
     raise TypeError(f"receipt data {key!r}: refused {hint}")
 
 
+class Receipt:
+    """What the ``receipt`` fixture (:mod:`oracles.plugin`) gives a test: attach JSON-safe data, or arrays to the npz sidecar.
+
+    ``receipt["key"] = value`` and ``receipt.update(...)`` validate at once (see
+    :func:`oracles.receipts.check_json_safe`): a set, a numpy scalar or an array raises TypeError
+    naming the key. ``receipt.array(name, a)`` stores ``a`` in the run's npz sidecar under
+    ``<test>::<name>`` and attaches its key, shape and dtype.
+    """
+
+    def __init__(self, data: dict[str, Any], staging: Path | None, nodeid: str) -> None:
+        self._data, self._staging, self._nodeid = data, staging, nodeid
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if type(key) is not str:
+            raise TypeError(f"receipt data key {key!r} is a {type(key).__name__}, not a str")
+        check_json_safe(value, key)
+        self._data[key] = value
+
+    def __getitem__(self, key: str) -> Any:
+        return self._data[key]
+
+    def update(self, values: dict[str, Any] | None = None, **kw: Any) -> None:
+        for key, value in {**(values or {}), **kw}.items():
+            self[key] = value
+
+    def array(self, name: str, a: Any) -> None:
+        import hashlib
+
+        import numpy as np
+
+        arr = np.asarray(a)
+        if arr.dtype.hasobject:
+            raise TypeError(f"receipt array {name!r}: refused an object array (dtype {arr.dtype}); npz holds numbers")
+        key = f"{self._nodeid}::{name}"
+        safe = hashlib.sha256(key.encode()).hexdigest()[:16] + "_" + "".join(c if c.isalnum() else "_" for c in name)
+        if self._staging is not None:
+            self._staging.mkdir(parents=True, exist_ok=True)
+            np.save(self._staging / f"{safe}.npy", arr, allow_pickle=False)
+        self._data.setdefault("arrays", {})[name] = {"npz_key": safe, "shape": list(arr.shape), "dtype": arr.dtype.str}
+
+
 # ---------------------------------------------------------------------------------------------
 # Files
 

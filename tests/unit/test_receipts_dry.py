@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from oracles.errors import FixtureError, ReceiptError
-from oracles.plugin import Receipt
+from oracles.receipts import Receipt
 from oracles.receipts import TestRecord, all_ok, check_json_safe, checks_table, load_records, split_nodeid, write_exclusive
 
 pytestmark = pytest.mark.dry
@@ -120,6 +120,12 @@ def test_receipt_array_stages_npy(tmp_path: Path) -> None:
     meta = data["arrays"]["hidden"]  # type: ignore[index]
     assert meta["shape"] == [2, 3] and meta["dtype"] == "<f4"
     assert np.load(tmp_path / "stage" / f"{meta['npz_key']}.npy").tobytes() == a.tobytes()
+
+
+def test_receipt_array_refuses_objects(tmp_path: Path) -> None:
+    with pytest.raises(TypeError, match=r"receipt array 'ids': refused an object array"):
+        Receipt({}, tmp_path, "t.py::test_a").array("ids", np.array([1, "x", None], dtype=object))
+    assert not list(tmp_path.iterdir())
 
 
 def test_write_exclusive_never_overwrites(tmp_path: Path) -> None:
