@@ -65,6 +65,24 @@ def _is_worker(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput")
 
 
+def _check_options(opt: Any) -> None:
+    """Refuse option values that would otherwise fail late or, worse, skip every test quietly.
+
+    Raises:
+        pytest.UsageError: one line naming the option, the value and what is expected.
+    """
+    if opt.oracle_threads < 0:
+        raise pytest.UsageError(f"--oracle-threads {opt.oracle_threads}: expected 0 (library default) or a positive count")
+    if opt.deadline is not None and not opt.deadline > 0:
+        raise pytest.UsageError(f"--deadline {opt.deadline:g}: expected a positive number of seconds")
+    ports = [] if opt.port in ("auto", "none") else [p.strip() for p in opt.port.split(",") if p.strip()]
+    for flag, engine_id in [("--reference", opt.reference), *(("--port", p) for p in ports)]:
+        from oracles.engines import BUILTIN, registry  # light; registry() scans entry points, so only when needed
+
+        if engine_id not in BUILTIN and engine_id not in (known := registry()):
+            raise pytest.UsageError(f"{flag} {engine_id!r}: unknown engine; known: {', '.join(sorted(known))}")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
@@ -75,6 +93,7 @@ def pytest_configure(config: pytest.Config) -> None:
         parse_snapshot_options(list(opt.snapshot))
     except OracleError as exc:
         raise pytest.UsageError(str(exc)) from None
+    _check_options(opt)
     receipts_dir = None if opt.no_receipt else Path(opt.receipts_dir).resolve()
     if _is_worker(config):
         shared = config.workerinput.get("oracles", {})  # type: ignore[attr-defined]
