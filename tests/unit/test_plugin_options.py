@@ -146,3 +146,17 @@ def test_receipt_header_names_the_target(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--receipts-dir", "out", "--receipt-tag", "t1")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines([f"oracles: receipt {Path(pytester.path, 'out', 't1')}/*.json; python *"])
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (("--oracle-threads", "-2"), "ERROR: --oracle-threads -2: expected 0 (library default) or a positive count"),
+    (("--deadline", "0"), "ERROR: --deadline 0: expected a positive number of seconds"),
+    (("--reference", "nope"), "ERROR: --reference 'nope': unknown engine; known: mlx, mtplx, torch*"),
+    (("--port", "mlx,nope"), "ERROR: --port 'nope': unknown engine; known: mlx, mtplx, torch*"),
+])
+def test_bad_option_values_are_usage_errors(pytester: pytest.Pytester, args: tuple[str, ...], expected: str) -> None:
+    """A value that would fail late (or skip every engine test quietly) stops the run at once."""
+    pytester.makepyfile("def test_a():\n    pass\n")
+    result = pytester.runpytest(*args, "--no-receipt")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([expected])
