@@ -203,6 +203,8 @@ class SessionHooks:
             state.write(receipt)
         except OracleError as exc:
             state.write_error = str(exc)
+            # The run's evidence is missing: do not exit 0 (make oracle would then show an older receipt).
+            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
         state.partial.write({"event": "end", "receipt": state.receipt_path.name if state.receipt_path else None,
                              "error": state.write_error})
         state.partial.close()
