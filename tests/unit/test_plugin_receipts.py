@@ -34,6 +34,7 @@ def test_existing_receipt_name_is_never_overwritten(pytester: pytest.Pytester, r
     """)
     result = pytester.runpytest("--receipts-dir", "out")
     result.assert_outcomes(passed=1)
+    assert result.ret == pytest.ExitCode.INTERNAL_ERROR, "a run without its receipt must not exit 0"
     result.stdout.fnmatch_lines(["*oracles receipt NOT written*", "*.json: already exists; receipts are never overwritten"])
     files = receipt_files(pytester.path / "out")
     assert [p.read_text() for p in files["json"]] == ["sentinel"]
