@@ -99,6 +99,8 @@ def pytest_configure(config: pytest.Config) -> None:
         shared = config.workerinput.get("oracles", {})  # type: ignore[attr-defined]
         state = RunState.new(receipts_dir, opt.receipt_tag, opt.deadline, controller=False,
                              run_id=shared.get("run_id"), started_wall=shared.get("started_wall"))
+        if shared.get("resume"):  # the worker skips what passed before; the controller carries the records
+            state.resume, state.resume_path = load_records(Path(shared["resume"])), str(opt.resume)
         config.stash[STATE] = state
         return
     state = RunState.new(receipts_dir, opt.receipt_tag, opt.deadline, controller=True)
@@ -119,9 +121,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node: Any) -> None:
-    """xdist: hand the run id and start time to each worker so deadlines and array staging agree."""
+    """xdist: hand the run id, start time and --resume file to each worker, so deadlines, array
+    staging and resumed skips agree with the controller."""
     state = node.config.stash[STATE]
-    node.workerinput["oracles"] = {"run_id": state.run_id, "started_wall": state.started_wall}
+    node.workerinput["oracles"] = {"run_id": state.run_id, "started_wall": state.started_wall,
+                                   "resume": str(Path(state.resume_path).resolve()) if state.resume_path else None}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
