@@ -136,6 +136,12 @@ def test_xdist_checks_table_equals_serial(pytester: pytest.Pytester, only_receip
     assert two["checks"]["test_suite::TestGroup::test_rows"]["passed"] == 2, two["checks"]
     assert {t["nodeid"]: t["outcome"] for t in two["tests"]} == {t["nodeid"]: t["outcome"] for t in one["tests"]}
     assert {t["worker"] for t in two["tests"]} == {"gw0", "gw1"}
+    serial_receipt, _ = only_receipt(pytester.path / "serial")
+    resumed = pytester.runpytest_subprocess("--receipts-dir", "n2r", "-n", "2", "--resume", str(serial_receipt))
+    resumed.assert_outcomes(skipped=10, failed=1, xfailed=1)  # the 9 that passed are skipped on the workers
+    _, three = only_receipt(pytester.path / "n2r")
+    assert three["checks"] == one["checks"]
+    assert sum(1 for t in three["tests"] if t["resumed_from"] == str(serial_receipt)) == 9
     (npz,) = receipt_files(pytester.path / "n2")["npz"]
     import numpy as np
 
