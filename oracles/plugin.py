@@ -65,6 +65,15 @@ def _is_worker(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput")
 
 
+#: pytest options under which no test body runs: a receipt would list every test as passed or not run.
+NO_RUN_OPTIONS = ("collectonly", "showfixtures", "show_fixtures_per_test", "markers", "help", "version",
+                  "setuponly", "setupplan")
+
+
+def _runs_tests(opt: Any) -> bool:
+    return not any(getattr(opt, name, False) for name in NO_RUN_OPTIONS)
+
+
 def _check_options(opt: Any) -> None:
     """Refuse option values that would otherwise fail late or, worse, skip every test quietly.
 
@@ -94,7 +103,7 @@ def pytest_configure(config: pytest.Config) -> None:
     except OracleError as exc:
         raise pytest.UsageError(str(exc)) from None
     _check_options(opt)
-    receipts_dir = None if opt.no_receipt else Path(opt.receipts_dir).resolve()
+    receipts_dir = None if opt.no_receipt or not _runs_tests(opt) else Path(opt.receipts_dir).resolve()
     if _is_worker(config):
         shared = config.workerinput.get("oracles", {})  # type: ignore[attr-defined]
         state = RunState.new(receipts_dir, opt.receipt_tag, opt.deadline, controller=False,
@@ -110,7 +119,7 @@ def pytest_configure(config: pytest.Config) -> None:
         except OracleError as exc:
             raise pytest.UsageError(f"--resume: {exc}") from None
         state.resume_path = str(opt.resume)
-    if receipts_dir is not None and not getattr(opt, "collectonly", False):
+    if receipts_dir is not None:
         try:
             state.open_partial()
         except OracleError as exc:
@@ -262,5 +271,6 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     state = config.stash.get(STATE, None)
     if state is None or not state.controller:
         return []
-    where = "off (--no-receipt)" if state.folder is None else f"{state.folder}/{state.stem}.json"
+    off = "off (--no-receipt)" if config.option.no_receipt else "off (this invocation runs no test)"
+    where = off if state.folder is None else f"{state.folder}/{state.stem}.json"
     return [f"oracles: receipt {where}; python {sys.version.split()[0]}"]
