@@ -160,3 +160,13 @@ def test_bad_option_values_are_usage_errors(pytester: pytest.Pytester, args: tup
     result = pytester.runpytest(*args, "--no-receipt")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([expected])
+
+
+@pytest.mark.parametrize("mode", ["--collect-only", "--fixtures", "--fixtures-per-test", "--markers", "--setup-plan",
+                                  "--setup-only"])
+def test_invocations_that_run_no_test_write_no_receipt(pytester: pytest.Pytester, mode: str) -> None:
+    """No receipt (it would claim outcomes) and no start-only partial log from a run that runs no test."""
+    pytester.makepyfile("import pytest\n\n@pytest.fixture\ndef f():\n    return 1\n\ndef test_a(f):\n    assert f == 2\n")
+    result = pytester.runpytest(mode, "--receipts-dir", "out")
+    assert result.ret == pytest.ExitCode.OK
+    assert not (pytester.path / "out").exists(), sorted(p.name for p in (pytester.path / "out").rglob("*"))
