@@ -107,3 +107,15 @@ def test_prompt_longer_than_context_names_record(engine: Any) -> None:
     with pytest.raises(ValueError) as err:
         ex.greedy_decode_checked(engine, record)
     assert "over-context" in str(err.value) and f"position {engine.max_context}" in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("prompt", load_prompts(), ids=[p.id for p in load_prompts()])
+def test_prefill_comparable(runs: Callable[..., Any], engine: Any, prompt: PromptRecord, receipt: Any) -> None:
+    """The prompt records' prefill (test_forward's run, same key) as a comparable record for
+    ``oracles compare``: ids, per-row argmax and fingerprints, the last row's logits in the npz."""
+    step = ex.prefill(runs, engine, prompt)
+    argmax = [int(i) for i in step.logits.argmax(-1)]
+    receipt.update(request_sha256=prompt.sha256, engine=engine.id, kind="prefill", ids=list(prompt.ids),
+                   argmax=argmax, row_sha256=row_fingerprints(step.logits, f"{prompt.id}: prefill logits"))
+    receipt.array("last_logits", step.logits[-1])
+    assert len(argmax) == len(prompt.ids), f"{prompt.id}: {len(argmax)} logit rows for {len(prompt.ids)} ids"

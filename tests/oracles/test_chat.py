@@ -1,0 +1,107 @@
+"""3-turn chat through a prompt cache (mtplx_chat): a summary, a lighthouse story, an is_prime function
+with five asserts, each turn appended to one live KV cache as the chat template renders it.
+
+Runs on the reference and on every port (the README chat's first turn is ~1,300 tokens: a port runs
+it only under ``--port-max-tokens 0``). Each chat runs once per session (``runs``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pytest
+
+from oracles.checks.exact import assert_ids_equal, diff
+from oracles.families import execution as ex
+from oracles.families.chat import ChatRecord
+from oracles.fingerprint import fingerprint
+
+pytestmark = [pytest.mark.mtplx_chat, pytest.mark.slow, pytest.mark.xdist_group("mtplx_chat")]
+
+#: Warm (suffix through the live cache) vs cold (one prefill of the same ids) next-token logits. As
+#: for the decode recompute (test_decode.RECOMPUTE_ATOL): the two differ only in how many rows each
+#: matmul and attention call runs at once, i.e. float32 summation order; over 30 layers and up to
+#: ~1,700 attended positions that stays near 1e-4..1e-3 at logits of magnitude ~30. 2e-3 is above
+#: that and far below what a stale, missing or shifted cache entry does (changes of 0.5 and more).
+WARM_COLD_ATOL = 2e-3
+
+CHATS = ex.CHATS
+
+
+@pytest.fixture(params=CHATS, ids=[c.id for c in CHATS])
+def record(request: pytest.FixtureRequest) -> ChatRecord:
+    return request.param
+
+
+@pytest.fixture
+def engine(engines: Callable[..., Any], engine_id: str) -> Any:
+    return engines(engine_id)
+
+
+def _run(runs: Callable[..., Any], engine: Any, record: ChatRecord) -> Any:
+    return ex.chat(runs, engine, record)
+
+
+def test_turns_finish_with_stop(runs: Callable[..., Any], engine: Any, record: ChatRecord, receipt: Any) -> None:
+    """Every turn ends with a stop token within the cap; tokens, text and counts recorded."""
+    run = _run(runs, engine, record)
+    receipt.update(request_sha256=record.sha256, engine=engine.id, kind="chat", max_new_tokens=record.max_new_tokens,
+                   turns=[{"turn": t.index + 1, "suffix_ids": t.suffix, "tokens": t.tokens, "text": engine.decode(t.tokens),
+                           "finish_reason": t.finish_reason, "completion_tokens": t.completion_tokens,
+                           "cached_tokens": len(t.frontier), "prefill_seconds": round(t.prefill_seconds, 4),
+                           "decode_seconds": round(t.decode_seconds, 4), "warm_logits": dict(fingerprint(t.warm))}
+                          for t in run.turns], final_tokens=len(run.final_ids))
+    for t in run.turns:
+        receipt.array(f"turn{t.index + 1}_warm_logits", t.warm)
+    bad = [(t.index + 1, t.finish_reason, len(t.tokens)) for t in run.turns if t.finish_reason != "stop"]
+    assert not bad, f"{record.id}: turns without a stop token within {record.max_new_tokens} tokens (turn, reason, tokens): {bad}"
+
+
+def test_cache_holds_frontier(runs: Callable[..., Any], engine: Any, record: ChatRecord, receipt: Any) -> None:
+    """Before each turn the live cache holds exactly the template's rendering of the conversation so far."""
+    run = _run(runs, engine, record)
+    receipt.update(frontiers=[len(t.frontier) for t in run.turns])
+    for t in run.turns:
+        assert_ids_equal(t.frontier, t.rendered_prefix,
+                         f"{record.id} turn {t.index + 1}: cached ids vs the template's rendering of the conversation")
+
+
+def test_warm_equals_cold(runs: Callable[..., Any], engine: Any, record: ChatRecord, receipt: Any) -> None:
+    """Next-token logits after a turn's suffix through the live cache agree with a cold prefill of the same ids."""
+    run = _run(runs, engine, record)
+    figures, failures = [], []
+    for t in run.turns:
+        bits, near = diff(t.warm, t.cold), diff(t.warm, t.cold, atol=WARM_COLD_ATOL)
+        same = int(t.warm.argmax()) == int(t.cold.argmax())
+        figures.append({"turn": t.index + 1, "ids": len(t.frontier) + len(t.suffix), "bit_equal": bits.equal,
+                        "max_abs": bits.max_abs, "max_ulp": bits.max_ulp, "argmax_agree": same})
+        if not near.equal or not same:
+            failures.append(near.describe(f"turn {t.index + 1} (argmax warm {int(t.warm.argmax())} vs cold "
+                                          f"{int(t.cold.argmax())})", f"differ by more than {WARM_COLD_ATOL:g}"))
+    receipt.update(atol=WARM_COLD_ATOL, turns=figures)
+    assert not failures, f"{record.id}: " + "; ".join(failures)
+
+
+def test_snapshot_unchanged_by_turn(runs: Callable[..., Any], engine: Any, record: ChatRecord, receipt: Any) -> None:
+    """A snapshot taken before a turn has the same digest after the turn ran on the live cache."""
+    run = _run(runs, engine, record)
+    receipt.update(digests=[{"turn": t.index + 1, "before": t.digest_before, "after": t.digest_after} for t in run.turns])
+    changed = [t.index + 1 for t in run.turns if t.digest_before != t.digest_after]
+    assert not changed, f"{record.id}: the turn changed its pre-turn snapshot (turns {changed})"
+
+
+def test_restore_reproduces_turn(runs: Callable[..., Any], engine: Any, record: ChatRecord) -> None:
+    """The pre-turn snapshot restored into a fresh cache, with the suffix and the turn's tokens run through
+    it, gives the turn's tokens back as its argmax (teacher forcing)."""
+    run = _run(runs, engine, record)
+    for t in run.turns:
+        assert_ids_equal(t.replay, t.tokens, f"{record.id} turn {t.index + 1}: restored-snapshot argmax vs the turn's tokens")
+
+
+def test_completion_counts(runs: Callable[..., Any], engine: Any, record: ChatRecord, receipt: Any) -> None:
+    """Completion token counts (stop token not counted) are recorded and each turn produced text."""
+    run = _run(runs, engine, record)
+    counts = [t.completion_tokens for t in run.turns]
+    receipt.update(completion_tokens=counts, prompt_tokens=[len(t.frontier) + len(t.suffix) for t in run.turns])
+    assert len(counts) == len(record.turns) == 3, f"{record.id}: {len(counts)} turns ran, {len(record.turns)} asked"
+    assert all(c > 0 for c in counts), f"{record.id}: an empty answer: {counts}"

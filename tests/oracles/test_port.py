@@ -1,0 +1,141 @@
+"""Port vs reference (port): every execution record held against the reference, record by record.
+
+For each record: ids equal; per-position argmax agreement, max |Δlogit|, NMSE, KL(reference‖port)
+mean and max (thresholds in :mod:`oracles.checks.port`, justified there); over generations, the first
+divergent token. Every run is the one the family tests made (same ``runs`` keys), so nothing here
+recomputes. Also: a port whose outputs hold NaN fails naming the record and position.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+
+from oracles.checks.exact import assert_ids_equal
+from oracles.checks.port import first_divergence, port_figures, threshold_failures
+from oracles.engines.base import Step
+from oracles.families import execution as ex
+from oracles.families.chat import ChatRecord
+from oracles.families.mtplx import PromptRecord, load_prompts
+
+pytestmark = [pytest.mark.port, pytest.mark.slow, pytest.mark.xdist_group("mtplx")]
+
+PROMPTS = load_prompts()
+
+
+@pytest.fixture
+def port(engines: Callable[..., Any], port_id: str) -> Any:
+    return engines(port_id)
+
+
+def _held(what: str, ref_logits: Any, port_logits: Any, receipt: Any) -> dict[str, Any]:
+    __tracebackhide__ = True
+    try:
+        fig = port_figures(ref_logits, port_logits)
+    except ValueError as exc:
+        raise AssertionError(f"{what}: {exc}") from None
+    receipt.update(fig)
+    failures = threshold_failures(fig)
+    assert not failures, f"{what}: " + "; ".join(failures)
+    return fig
+
+
+@pytest.mark.parametrize("record", PROMPTS, ids=[p.id for p in PROMPTS])
+def test_prefill_vs_reference(runs: Callable[..., Any], reference: Any, port: Any, record: PromptRecord, receipt: Any) -> None:
+    """Prompt records (test_forward's prefills): ids, then every row's logits within the fp32 thresholds."""
+    ids = port.chat_ids(record.message_list)
+    assert_ids_equal(ids, reference.chat_ids(record.message_list), f"{record.id}: port vs reference chat-template ids")
+    ref, got = ex.prefill(runs, reference, record), ex.prefill(runs, port, record)
+    receipt.update(request_sha256=record.sha256, kind="prefill", port=port.id, reference=reference.id)
+    _held(f"{record.id}: prefill logits, port {port.id} vs {reference.id}", ref.logits, got.logits, receipt)
+
+
+@pytest.mark.parametrize("record", ex.GENERATION, ids=[r.id for r in ex.GENERATION])
+def test_decode_vs_reference(runs: Callable[..., Any], reference: Any, port: Any, record: PromptRecord, receipt: Any) -> None:
+    """Greedy cache-continuation decode: same tokens; the cached step logits within the thresholds."""
+    ref, got = ex.decode(runs, reference, record), ex.decode(runs, port, record)
+    first = first_divergence(ref.tokens, got.tokens)
+    receipt.update(request_sha256=record.sha256, kind="decode", first_divergent_token=first,
+                   ref_tokens=ref.tokens, port_tokens=got.tokens)
+    n = min(len(ref.tokens), len(got.tokens)) if first is None else first + 1
+    _held(f"{record.id}: decode step logits (first {n} steps)", ref.step_logits[:n], got.step_logits[:n], receipt)
+    assert_ids_equal(got.tokens, ref.tokens, f"{record.id}: port {port.id} greedy decode vs reference")
+
+
+@pytest.mark.parametrize("record", ex.GENERATION, ids=[r.id for r in ex.GENERATION])
+def test_greedy_generation_vs_reference(runs: Callable[..., Any], reference: Any, port: Any, record: PromptRecord,
+                                        receipt: Any) -> None:
+    """Each library's greedy generation: same tokens (first divergent token recorded), same finish."""
+    ref, got = ex.generate(runs, reference, record, "greedy"), ex.generate(runs, port, record, "greedy")
+    first = first_divergence(ref.tokens, got.tokens)
+    receipt.update(request_sha256=record.sha256, kind="generate-greedy", first_divergent_token=first,
+                   finish=[ref.finish_reason, got.finish_reason])
+    n = min(len(ref.tokens), len(got.tokens))
+    _held(f"{record.id}: greedy generation step logits", ref.step_logits[:n], got.step_logits[:n], receipt)
+    assert first is None, f"{record.id}: first divergent token at {first}: {ref.tokens[first:first + 3]} vs {got.tokens[first:first + 3]}"
+
+
+@pytest.mark.parametrize("record", ex.GENERATION, ids=[r.id for r in ex.GENERATION])
+def test_sampled_generation_recorded(runs: Callable[..., Any], reference: Any, port: Any, record: PromptRecord,
+                                     receipt: Any) -> None:
+    """Sampled (0.6 / 0.95 / 20 / seed 0): the two libraries draw from different RNGs, so the tokens
+    may differ after the first draw; recorded. The first step's raw logits come from the same prompt
+    and must meet the thresholds."""
+    ref, got = ex.generate(runs, reference, record, "sampled"), ex.generate(runs, port, record, "sampled")
+    receipt.update(request_sha256=record.sha256, kind="generate-sampled",
+                   first_divergent_token=first_divergence(ref.tokens, got.tokens),
+                   ref_tokens=ref.tokens, port_tokens=got.tokens)
+    _held(f"{record.id}: sampled generation, first step logits", ref.step_logits[:1], got.step_logits[:1], receipt)
+
+
+@pytest.mark.parametrize("record", ex.GENERATION, ids=[r.id for r in ex.GENERATION])
+def test_speculative_vs_reference(runs: Callable[..., Any], engines: Callable[..., Any], reference: Any, port: Any,
+                                  record: PromptRecord, receipt: Any) -> None:
+    """Draft/verify/commit with the twin draft: the port commits the reference's tokens."""
+    ref, got = (ex.speculative(runs, engines, e, record, "twin") for e in (reference, port))
+    receipt.update(request_sha256=record.sha256, kind="speculative-twin",
+                   first_divergent_token=first_divergence(ref.tokens, got.tokens),
+                   accepted=[ref.accepted, got.accepted], drafted=[ref.drafted, got.drafted])
+    assert_ids_equal(got.tokens, ref.tokens, f"{record.id}: port {port.id} speculative (twin) vs reference")
+
+
+@pytest.mark.parametrize("record", ex.CHATS, ids=[c.id for c in ex.CHATS])
+def test_chat_vs_reference(runs: Callable[..., Any], reference: Any, port: Any, record: ChatRecord, receipt: Any) -> None:
+    """Each chat turn: same suffix ids, same tokens, warm next-token logits within the thresholds."""
+    ref, got = ex.chat(runs, reference, record), ex.chat(runs, port, record)
+    firsts = [first_divergence(a.tokens, b.tokens) for a, b in zip(ref.turns, got.turns)]
+    receipt.update(request_sha256=record.sha256, kind="chat", first_divergent_token_per_turn=firsts)
+    warm_ref = np.stack([t.warm for t in ref.turns])
+    warm_port = np.stack([t.warm for t in got.turns])
+    _held(f"{record.id}: warm next-token logits per turn", warm_ref, warm_port, receipt)
+    for a, b in zip(ref.turns, got.turns):
+        assert_ids_equal(b.suffix, a.suffix, f"{record.id} turn {a.index + 1}: suffix ids")
+        assert_ids_equal(b.tokens, a.tokens, f"{record.id} turn {a.index + 1}: port {port.id} tokens vs reference")
+
+
+class NanPort:
+    """A fake port whose forward puts NaN at one position of the logits (bad-input check)."""
+
+    id = "nan-port"
+
+    def __init__(self, vocab: int, position: int) -> None:
+        self.vocab, self.position = vocab, position
+
+    def forward(self, ids: Any, cache: Any = None, keep: int = 0) -> Step:
+        logits = np.zeros((len(ids), self.vocab), "<f4")
+        logits[self.position, 7] = np.nan
+        return Step(logits=logits, hidden=np.zeros((len(ids), 4), "<f4"))
+
+
+def test_nan_port_names_record_and_position(runs: Callable[..., Any], reference: Any, receipt: Any) -> None:
+    """A port whose logits hold NaN fails with the record and the position (row) named."""
+    record = PROMPTS[0]
+    ref = ex.prefill(runs, reference, record)
+    bad = NanPort(reference.vocab_size, position=5).forward(list(record.ids))
+    with pytest.raises(AssertionError) as err:
+        _held(f"{record.id}: prefill logits, port nan-port vs {reference.id}", ref.logits, bad.logits, receipt)
+    message = str(err.value)
+    receipt.update(message=message)
+    assert f"{record.id}:" in message and "position 5" in message and "non-finite" in message, message
