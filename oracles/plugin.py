@@ -17,7 +17,7 @@ import pytest
 from oracles.errors import OracleError
 from oracles.pins import parse_snapshot_options
 from oracles.receipts import Receipt, load_records
-from oracles.state import DATA_KEY, EVENTS_KEY, RunState, environment
+from oracles.state import DATA_KEY, EVENTS_KEY, EnvironmentProbe, RunState
 
 STATE = pytest.StashKey[RunState]()
 
@@ -124,6 +124,7 @@ def pytest_configure(config: pytest.Config) -> None:
             state.open_partial()
         except OracleError as exc:
             raise pytest.UsageError(f"--receipts-dir: {exc}") from None
+        state.environment_probe = EnvironmentProbe(config.rootpath, opt.oracle_threads)
     config.stash[STATE] = state
     config.pluginmanager.register(SessionHooks(config), "oracles-session")
 
@@ -211,7 +212,8 @@ class SessionHooks:
                       "numprocesses": getattr(opt, "numprocesses", None), "runslow": opt.runslow,
                       "reference": opt.reference, "port": opt.port, "snapshots": list(opt.snapshot),
                       "deadline": opt.deadline}
-        receipt = state.build(invocation, environment(config.rootpath, opt.oracle_threads), int(exitstatus))
+        env = state.environment_probe.result() if state.environment_probe else {}
+        receipt = state.build(invocation, env, int(exitstatus))
         try:
             state.write(receipt)
         except OracleError as exc:

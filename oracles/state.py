@@ -14,6 +14,7 @@ import platform
 import secrets
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -83,6 +84,23 @@ def environment(rootdir: Path, threads: int) -> dict[str, Any]:
     }
 
 
+class EnvironmentProbe:
+    """:func:`environment` computed in a background thread from session start (its git and package
+    metadata reads then overlap collection and tests instead of lengthening the session's end)."""
+
+    def __init__(self, rootdir: Path, threads: int) -> None:
+        self._result: list[dict[str, Any]] = []
+        self._thread = threading.Thread(target=lambda: self._result.append(environment(rootdir, threads)),
+                                        name="oracles-environment", daemon=True)
+        self._thread.start()
+
+    def result(self) -> dict[str, Any]:
+        self._thread.join()
+        if not self._result:  # the thread failed; its traceback went to stderr
+            return {"error": "environment probe failed"}
+        return self._result[0]
+
+
 @dataclass
 class RunState:
     """Everything one session knows about its receipt; kept on ``config.stash``."""
@@ -102,6 +120,7 @@ class RunState:
     open_reports: dict[str, list[Any]] = field(default_factory=dict)
     collected: list[str] = field(default_factory=list)
     partial: PartialLog | None = None
+    environment_probe: "EnvironmentProbe | None" = None
     receipt_path: Path | None = None
     receipt: dict[str, Any] | None = None
     write_error: str | None = None
