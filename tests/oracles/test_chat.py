@@ -27,6 +27,13 @@ WARM_COLD_ATOL = 2e-3
 
 CHATS = ex.CHATS
 
+#: Records whose greedy turn 1 is known not to stop: SmolLM2-135M-Instruct, greedy, summarising the
+#: README falls into one repeating sentence (measured on the reference: no stop token in 320 tokens,
+#: "... and it is used to create a list of the outputs of a single test, and it is used ..."). The
+#: turn runs to its cap of 160 (finish_reason "length"); the cache checks of the chat still hold.
+NO_STOP = {"readme-story-prime": "greedy SmolLM2-135M repeats one sentence summarising the README: "
+                                 "turn 1 measured without a stop token in 320 tokens (finish_reason 'length')"}
+
 
 @pytest.fixture(params=CHATS, ids=[c.id for c in CHATS])
 def record(request: pytest.FixtureRequest) -> ChatRecord:
@@ -42,8 +49,11 @@ def _run(runs: Callable[..., Any], engine: Any, record: ChatRecord) -> Any:
     return ex.chat(runs, engine, record)
 
 
-def test_turns_finish_with_stop(runs: Callable[..., Any], engine: Any, record: ChatRecord, receipt: Any) -> None:
+def test_turns_finish_with_stop(runs: Callable[..., Any], engine: Any, record: ChatRecord, receipt: Any,
+                                request: pytest.FixtureRequest) -> None:
     """Every turn ends with a stop token within the cap; tokens, text and counts recorded."""
+    if record.id in NO_STOP:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=NO_STOP[record.id]))
     run = _run(runs, engine, record)
     receipt.update(request_sha256=record.sha256, engine=engine.id, kind="chat", max_new_tokens=record.max_new_tokens,
                    turns=[{"turn": t.index + 1, "suffix_ids": t.suffix, "tokens": t.tokens, "text": engine.decode(t.tokens),
