@@ -50,7 +50,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """``--port-max-tokens N``: a port engine's test of a record longer than N prompt tokens is skipped,
+    """``--port-max-tokens N`` (mtplx, mtplx_chat and port tests): a port engine's test of a record
+    longer than N prompt tokens is skipped,
     naming both numbers (the reference still runs it). A record's size is ``len(record.ids)`` or its
     ``budget_tokens``."""
     limit = config.getoption("port_max_tokens", 0)
@@ -58,6 +59,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if not limit:
         return
     for item in items:
+        if not any(m in item.keywords for m in ("mtplx", "mtplx_chat", "port")):
+            continue  # the execution families' rule; d1 has its own (ORACLES_D1_PORT_MAX_BUCKET)
         params = getattr(getattr(item, "callspec", None), "params", {})
         engine = params.get("port_id", params.get("engine_id"))
         if engine is None or engine == reference:
