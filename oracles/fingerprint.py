@@ -36,11 +36,16 @@ def _le_f4(a: Any) -> np.ndarray:
 
 
 def _require_finite(arr: np.ndarray, name: str) -> None:
-    # min and max propagate NaN and show +-inf, in two passes without a temporary array.
-    if arr.size == 0 or (np.isfinite(arr.min()) and np.isfinite(arr.max())):
-        return
-    finite = np.isfinite(arr)
-    bad = np.argwhere(~finite)
+    # One BLAS pass, no temporary: the sum of squares is finite only when every value is (NaN and
+    # +-inf propagate; squares cannot cancel). A non-finite sum may also be an overflow of huge finite
+    # values, so the exact count below decides.
+    flat = arr.reshape(-1)
+    with np.errstate(over="ignore", invalid="ignore"):
+        if np.isfinite(np.dot(flat, flat)):
+            return
+    bad = np.argwhere(~np.isfinite(arr))
+    if len(bad) == 0:
+        return  # the sum of squares overflowed; every value is finite
     first = tuple(int(i) for i in bad[0])
     raise NonFiniteError(
         f"{name}: {len(bad)} of {arr.size} values are not finite as float32; first at index {first} = "

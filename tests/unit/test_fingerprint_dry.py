@@ -114,3 +114,9 @@ def test_large_array_hashed_while_checked() -> None:
     with pytest.raises(NonFiniteError, match=rf"1 of {a.size} values are not finite as float32; first at index "
                                              rf"\({a.shape[0] - 1}, 3\) = nan"):
         fingerprint(a, "big")
+
+
+def test_huge_finite_values_are_not_refused() -> None:
+    """The fast check's sum of squares overflows here; the exact check must still accept the array."""
+    a = np.full((4, 4), 3e38, dtype=np.float32)
+    assert fingerprint(a)["sha256"] == _sha([3e38] * 16)
