@@ -33,8 +33,12 @@ def _tests(receipt: dict[str, Any], check: str) -> list[dict[str, Any]]:
     return [t for t in receipt.get("tests", []) if t.get("check") == check and t.get("data")]
 
 
-def _engine(t: dict[str, Any]) -> str:
-    return str(t["data"].get("engine") or t.get("record_id", "").rsplit("-", 1)[-1])
+def _engine(t: dict[str, Any], known: frozenset[str] = frozenset()) -> str:
+    """The engine a record ran on: its ``engine`` field, else the part of its record id (pytest joins
+    parametrize ids with ``-``) that names one of the ``known`` engines, else ``"unknown"``."""
+    if "engine" in t["data"]:
+        return str(t["data"]["engine"])
+    return next((p for p in str(t.get("record_id", "")).split("-") if p in known), "unknown")
 
 
 def rate(rows: Iterable[dict[str, Any]], key: str = "gold_match") -> dict[str, Any]:
@@ -61,7 +65,8 @@ def summarize(receipt: dict[str, Any]) -> dict[str, Any]:
     readouts = _tests(receipt, "test_readout")
     if not readouts:
         raise FixtureError("no d1 test_readout records in this receipt (run `pytest -m d1 --runslow`)")
-    trees = {(_engine(t), t["data"].get("record"), t["data"].get("qid")): t for t in _tests(receipt, "test_tree_vs_row")}
+    known = frozenset(_engine(t) for t in readouts)
+    trees = {(_engine(t, known), t["record_id"]): t for t in _tests(receipt, "test_tree_vs_row")}
     out: dict[str, Any] = {"kind": "d1-summary", "receipt_run_id": receipt.get("run_id"), "near_tie_threshold": NEAR_TIE,
                            "engines": {}}
     for engine in sorted({_engine(t) for t in readouts}):
@@ -69,18 +74,18 @@ def summarize(receipt: dict[str, Any]) -> dict[str, Any]:
         gaps = sorted(q["top2_gap"] for q in per_q)
         by = lambda f: {str(k): rate(q for q in per_q if q[f] == k)  # noqa: E731
                         for k in sorted({q[f] for q in per_q}, key=lambda v: (isinstance(v, str), v))}
-        tree_rows = [{"gold_match": tt["data"].get("gold_match_tree")} for (e, _, _), tt in trees.items() if e == engine]
+        tree_rows = [{"gold_match": tt["data"].get("gold_match_tree")} for (e, _), tt in trees.items() if e == engine]
         buckets: dict[str, dict[str, float]] = {}
-        for q in per_q:
+        for q in sorted(per_q, key=lambda q: q["bucket"]):
             b = buckets.setdefault(str(q["bucket"]), {"rows": 0, "seconds": 0.0, "tokens": 0})
             b["rows"] += 1
             b["seconds"] = round(b["seconds"] + q.get("seconds", 0.0), 4)
             b["tokens"] += q["row_len"]
-        splits = [t["data"] for t in _tests(receipt, "test_tree_split") if _engine(t) == engine]
+        splits = [t["data"] for t in _tests(receipt, "test_tree_split") if _engine(t, known) == engine]
         tree_s, rows_s = sum(s["tree_seconds"] for s in splits), sum(s["rows_seconds"] for s in splits)
         arms = [t["data"] | {"id": t["record_id"], "outcome": t["outcome"]} for t in _tests(receipt, "test_red_arm")
-                if _engine(t) == engine]
-        dps = [t["data"]["max_abs_dp"] for t in trees.values() if _engine(t) == engine]
+                if _engine(t, known) == engine]
+        dps = [t["data"]["max_abs_dp"] for (e, _), t in trees.items() if e == engine]
         out["engines"][engine] = {
             "questions": len(per_q),
             "near_ties": {"count": sum(q["near_tie"] for q in per_q),

@@ -169,7 +169,7 @@ def test_tree_split(runs: Callable[..., Any], engine: Any, rid: str, pytestconfi
     tree = run.tree
     assert tree is not None, f"{rid}: a request with several questions ran no tree"
     rows_s = sum(r.seconds for r in run.rows.values())
-    receipt.update(trunk_len=len(tree.trunk), branch_lens=[len(b) for b in tree.branches], bucket=META[rid]["bucket"],
+    receipt.update(engine=engine.id, trunk_len=len(tree.trunk), branch_lens=[len(b) for b in tree.branches], bucket=META[rid]["bucket"],
                    questions=len(tree.branches), tree_seconds=round(tree.seconds, 4), rows_seconds=round(rows_s, 4),
                    trunk_seconds=round(tree.trunk_seconds, 4), tree_over_rows=round(tree.seconds / rows_s, 4))
     assert_ids_equal(tree.trunk, META[rid]["trunk"], f"{rid}: recorded trunk vs rows.json")
@@ -214,7 +214,7 @@ def test_tree_vs_row(runs: Callable[..., Any], engine: Any, key: tuple[str, str]
     dp = readout.max_abs_dp(run.tree.probs[k], row.probs)
     dl = diff(run.tree.logits[k], row.logits)
     facts = _facts(key, run.tree.probs[k])
-    receipt.update(max_abs_dp=dp, max_abs_dlogit=dl.max_abs, logits_bit_equal=dl.equal, tol=TREE_ROW_DP_TOL,
+    receipt.update(engine=engine.id, max_abs_dp=dp, max_abs_dlogit=dl.max_abs, logits_bit_equal=dl.equal, tol=TREE_ROW_DP_TOL,
                    argmax_equal=readout.argmax(row.probs) == readout.argmax(run.tree.probs[k]),
                    gold_match_tree=facts["gold_match"], probs_tree=run.tree.probs[k], probs_row=row.probs)
     assert dp <= TREE_ROW_DP_TOL, (f"{_label(key)}: tree vs row max |dp| {dp:.3e} > {TREE_ROW_DP_TOL:g} "
@@ -226,7 +226,7 @@ def test_determinism(runs: Callable[..., Any], engine: Any, pytestconfig: pytest
     key = QUESTIONS[0]
     first = _run(runs, engine, key[0], pytestconfig).rows[key[1]]
     again = row_pass(engine, ROWS[key]["ids"], ROWS[key]["readout_ids"])
-    receipt.update(record=_label(key), probs=again.probs, seconds=round(again.seconds, 4))
+    receipt.update(engine=engine.id, record=_label(key), probs=again.probs, seconds=round(again.seconds, 4))
     assert_bits_equal(again.logits, first.logits, f"{_label(key)}: slot logits, second run vs first")
     assert_bits_equal(again.hidden, first.hidden, f"{_label(key)}: slot hidden state, second run vs first")
     readout.assert_probs_equal(again.probs, first.probs, f"{_label(key)}: probabilities, second run vs first")
@@ -243,7 +243,7 @@ def test_red_arm(runs: Callable[..., Any], engine: Any, arm_id: str, pytestconfi
     assert row["keys"] == ROWS[base_key]["keys"], f"{arm_id}: keys {row['keys']} differ from the base's"
     dp = readout.max_abs_dp(arm_run.probs, base.probs)
     keys = row["keys"]
-    receipt.update(kind=arm["kind"], base=_label(base_key), max_abs_dp=dp, threshold=d1.RED_ARM_MIN,
+    receipt.update(engine=engine.id, kind=arm["kind"], base=_label(base_key), max_abs_dp=dp, threshold=d1.RED_ARM_MIN,
                    probs_base=base.probs, probs_arm=arm_run.probs, argmax_base=keys[readout.argmax(base.probs)],
                    argmax_arm=keys[readout.argmax(arm_run.probs)], measured_at_adoption=arm["measured"]["max_abs_dp"],
                    row_len=len(row["ids"]))
