@@ -2,8 +2,8 @@
 
 Each request runs once per engine per session (``runs``): every question as its own row (the row
 path) and, for several questions, one trunk plus a branch per question (the tree path). The tests
-read what those passes computed. Ports (``engine_id`` beyond the reference) run the length buckets up
-to ``ORACLES_D1_PORT_MAX_BUCKET`` (default 512; see README).
+read what those passes computed. Ports (``engine_id`` beyond the reference) run the records
+``ORACLES_D1_PORT_RECORDS`` selects (default ``sample``: three short records; see README).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from oracles.checks.close import log_softmax64
 from oracles.checks.exact import assert_bits_equal, assert_ids_equal, assert_within, diff
 from oracles.families import d1
 from oracles.families.d1_rows import load_arms
-from oracles.families.d1_run import FULL_BUCKETS, PORT_MAX_BUCKET_ENV, RequestRun, port_max_bucket, row_pass, run_request
+from oracles.families.d1_run import FULL_BUCKETS, RequestRun, port_runs, row_pass, run_request
 from oracles.fingerprint import as_f4, fingerprint
 
 pytestmark = [pytest.mark.d1, pytest.mark.slow, pytest.mark.xdist_group("d1")]
@@ -61,11 +61,13 @@ def engine(engines: Callable[..., Any], engine_id: str) -> Any:
 
 
 def _gate(engine_id: str, config: pytest.Config, rid: str) -> None:
-    """Ports run the buckets up to the cap only (module docstring)."""
-    bucket = META[rid]["bucket"]
-    if engine_id != config.getoption("reference") and bucket > port_max_bucket():
-        pytest.skip(f"port {engine_id}: bucket {bucket} is above {PORT_MAX_BUCKET_ENV}={port_max_bucket()} "
-                    "(set it to 'all' to run every bucket on ports)")
+    """Ports run the records ORACLES_D1_PORT_RECORDS selects (module docstring)."""
+    if engine_id == config.getoption("reference"):
+        return
+    runs_here, setting = port_runs(rid, META[rid]["bucket"])
+    if not runs_here:
+        pytest.skip(f"port {engine_id}: {rid} (bucket {META[rid]['bucket']}) is not selected by {setting} "
+                    "(set it to a bucket, e.g. 512, or to 'all' to run more records on ports)")
 
 
 def _run(runs: Callable[..., Any], engine: Any, rid: str, config: pytest.Config) -> RequestRun:
