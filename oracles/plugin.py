@@ -257,7 +257,8 @@ def emit(config: pytest.Config, event: str, **fields: Any) -> None:
     """
     from oracles.state import worker_id
 
-    config.stash[STATE].pending_events.append({"event": event, "worker": worker_id(), "at": time.time(), **fields})
+    config.stash[STATE].pending_events.append({"event": event, "worker": worker_id(config), "at": time.time(),
+                                               **fields})
 
 
 @pytest.fixture

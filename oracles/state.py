@@ -50,8 +50,16 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def worker_id() -> str:
-    return os.environ.get("PYTEST_XDIST_WORKER", "main")
+def worker_id(config: Any = None) -> str:
+    """xdist's worker id ("gw0", ...) of the process ``config`` belongs to, else "main".
+
+    Read from ``config.workerinput``, not from $PYTEST_XDIST_WORKER: that variable is inherited by any
+    pytest a worker's test starts (pytester, subprocesses), which is not itself a worker.
+    """
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        return str(workerinput.get("workerid", "gw?"))
+    return "main" if config is not None else os.environ.get("PYTEST_XDIST_WORKER", "main")
 
 
 def environment(rootdir: Path, threads: int) -> dict[str, Any]:
@@ -273,7 +281,7 @@ def _summary(rep: Any) -> str | None:
 def _worker_of(rep: Any) -> str:
     node = getattr(rep, "node", None)
     gateway = getattr(node, "gateway", None)
-    return getattr(gateway, "id", None) or worker_id()
+    return getattr(gateway, "id", None) or "main"  # no xdist node: the controller ran it itself
 
 
 def _pins(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
