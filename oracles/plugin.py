@@ -179,14 +179,35 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     return None
 
 
+def _one_line(config: pytest.Config, excinfo: pytest.ExceptionInfo[BaseException] | None) -> str | None:
+    """A bad-input error (OracleError: its message names file, record and field) as one line instead
+    of a traceback, unless the user asked for a traceback style with --tb."""
+    if excinfo is None or not excinfo.errisinstance(OracleError) or config.option.tbstyle != "auto":
+        return None
+    return f"{excinfo.typename}: {excinfo.value}"
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> Any:
     outcome = yield
+    report = outcome.get_result()
     state = item.config.stash[STATE]
     if state.pending_events:
-        report = outcome.get_result()
         report.user_properties = [*report.user_properties, (EVENTS_KEY, list(state.pending_events))]
         state.pending_events.clear()
+    if report.failed and (line := _one_line(item.config, call.excinfo)):
+        report.longrepr = line
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Any:
+    """A record or pin file that breaks collection is reported in one line (see :func:`_one_line`)."""
+    outcome = yield
+    report = outcome.get_result()
+    crash = getattr(report.longrepr, "reprcrash", None)
+    if (report.failed and crash is not None and crash.message.startswith("oracles.errors.")
+            and collector.config.option.tbstyle == "auto"):
+        report.longrepr = crash.message.removeprefix("oracles.errors.")
 
 
 class SessionHooks:
