@@ -170,3 +170,53 @@ def test_invocations_that_run_no_test_write_no_receipt(pytester: pytest.Pytester
     result = pytester.runpytest(mode, "--receipts-dir", "out")
     assert result.ret == pytest.ExitCode.OK
     assert not (pytester.path / "out").exists(), sorted(p.name for p in (pytester.path / "out").rglob("*"))
+
+
+BAD_INPUT_SUITE = """
+from pathlib import Path
+import pytest
+from oracles.errors import FixtureError
+from oracles.records import load_record_list
+
+@pytest.fixture
+def rows():
+    return load_record_list(Path(__file__).with_name("rows.json"))[1]
+
+def test_rows(rows):
+    pass
+
+def test_plain_failure():
+    assert 1 == 2
+"""
+
+
+def test_bad_input_errors_are_one_line(pytester: pytest.Pytester) -> None:
+    """An OracleError (bad file, record, field) is reported as its one-line message, not a traceback."""
+    pytester.makepyfile(test_suite=BAD_INPUT_SUITE)
+    (pytester.path / "rows.json").write_text('{"records": [\n  {"id": 3}\n]}\n')
+    result = pytester.runpytest("--no-receipt")
+    result.assert_outcomes(failed=1, errors=1)
+    block = result.stdout.str().split("ERROR at setup of test_rows", 1)[1].split("\n", 2)[1]
+    assert block == f"FixtureError: {pytester.path}/rows.json: records[0]: field 'id' is missing or not a plain " \
+                    "non-empty string", block
+    assert "assert 1 == 2" in result.stdout.str(), "an ordinary failure keeps its traceback"
+    long = pytester.runpytest("--no-receipt", "--tb=long")
+    assert "load_record_list" in long.stdout.str(), "--tb=long asks for the traceback"
+
+
+def test_bad_record_file_at_collection_is_one_line(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_suite="""
+        from pathlib import Path
+        from oracles.records import load_record_list
+
+        RECORDS = load_record_list(Path(__file__).with_name("rows.json"))[1]
+
+        def test_a():
+            pass
+    """)
+    (pytester.path / "rows.json").write_text('{"records": [\n  {"id": "a",}\n]}\n')
+    result = pytester.runpytest("--no-receipt")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["*ERROR collecting test_suite.py*",
+                                 f"FixtureError: {pytester.path}/rows.json:2:14: not valid JSON: *",
+                                 "*short test summary info*"])
