@@ -221,6 +221,11 @@ class SessionHooks:
         if state.controller:
             state.on_report(report)
 
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        state = self.config.stash[STATE]
+        if state.controller and report.failed:
+            state.on_collect_error(report)
+
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         config = self.config
@@ -260,6 +265,8 @@ class SessionHooks:
 
         tr.write_sep("=", "oracles receipt")
         tr.write_line(f"receipt: {state.receipt_path}")
+        if state.receipt["collection_errors"]:
+            tr.write_line(f"collection errors: {len(state.receipt['collection_errors'])}; listed in the receipt")
         not_run = state.receipt["not_run"]
         if not_run:
             tr.write_line(f"not run: {len(not_run)} tests ({not_run[0]['reason']}); listed in the receipt")

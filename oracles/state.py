@@ -127,6 +127,7 @@ class RunState:
     records: dict[str, TestRecord] = field(default_factory=dict)
     open_reports: dict[str, list[Any]] = field(default_factory=dict)
     collected: list[str] = field(default_factory=list)
+    collection_errors: list[dict[str, Any]] = field(default_factory=list)  # {"nodeid", "summary"}
     partial: PartialLog | None = None
     environment_probe: "EnvironmentProbe | None" = None
     receipt_path: Path | None = None
@@ -187,6 +188,10 @@ class RunState:
             self.partial.write({"event": "test", **record.to_json()})
         return record
 
+    def on_collect_error(self, report: Any) -> None:
+        """Keep a failed collection (a module or record file that would not load) for the receipt."""
+        self.collection_errors.append({"nodeid": report.nodeid, "summary": _summary(report)})
+
     def _record(self, nodeid: str, reports: list[Any]) -> TestRecord:
         check, record_id = split_nodeid(nodeid)
         keywords = getattr(reports[-1], "keywords", {}) or {}
@@ -244,6 +249,7 @@ class RunState:
             "pins": _pins(self.events),
             "engines": _engines(self.events),
             "resumed_from": self.resume_path,
+            "collection_errors": self.collection_errors,
             "not_run": [{"nodeid": n, "reason": reason} for n in not_run],
             "tests": [r.to_json() for r in records],
             "checks": table,
