@@ -204,7 +204,7 @@ def test_bad_input_errors_are_one_line(pytester: pytest.Pytester) -> None:
     assert "load_record_list" in long.stdout.str(), "--tb=long asks for the traceback"
 
 
-def test_bad_record_file_at_collection_is_one_line(pytester: pytest.Pytester) -> None:
+def test_bad_record_file_at_collection_is_one_line(pytester: pytest.Pytester, only_receipt: Callable[..., Any]) -> None:
     pytester.makepyfile(test_suite="""
         from pathlib import Path
         from oracles.records import load_record_list
@@ -215,8 +215,12 @@ def test_bad_record_file_at_collection_is_one_line(pytester: pytest.Pytester) ->
             pass
     """)
     (pytester.path / "rows.json").write_text('{"records": [\n  {"id": "a",}\n]}\n')
-    result = pytester.runpytest("--no-receipt")
+    result = pytester.runpytest("--receipts-dir", "out")
     assert result.ret == pytest.ExitCode.INTERRUPTED
+    _, receipt = only_receipt(pytester.path / "out")
+    (error,) = receipt["collection_errors"]
+    assert error["nodeid"] == "test_suite.py" and error["summary"].startswith(f"FixtureError: {pytester.path}/rows.json:2:")
+    assert receipt["all_ok"] is False
     result.stdout.fnmatch_lines(["*ERROR collecting test_suite.py*",
                                  f"FixtureError: {pytester.path}/rows.json:2:14: not valid JSON: *",
                                  "*short test summary info*"])
