@@ -27,9 +27,11 @@ checks it against the text split.
 
 Read-out groups (:func:`readout_groups`): for each key, the variants ``key``, ``Key`` (first letter
 capitalised), `` key`` and `` Key`` (leading space), each contributing the *first* token id of its
-encoding (digits: ``d`` and `` d``). Duplicates within a group are dropped (first occurrence kept, in
-that variant order). A token id that two groups share spells no single answer: it is removed from
-both, and a group left empty refuses the question (field ``options``).
+encoding. Duplicates within a group are dropped (first occurrence kept, in that variant order). A
+token id that two groups share spells no single answer: it is removed from both, and a group left
+empty refuses the question (field ``options``). So for scores, where this tokenizer encodes `` 7`` as a
+bare space then ``7``, the shared space drops out and each group is the one digit token; for options
+such as ``Lisbon``/``London`` a shared first piece (``L``) drops out and the space-led forms remain.
 """
 
 from __future__ import annotations
