@@ -8,14 +8,13 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-import numpy as np
 import pytest
 
 from oracles.checks.exact import diff
 from oracles.families import execution as ex
 from oracles.families.decode import recompute_steps
 from oracles.families.mtplx import PromptRecord, load_prompts
-from oracles.fingerprint import as_f4, fingerprint, row_fingerprints
+from oracles.fingerprint import as_f4, row_fingerprints
 
 pytestmark = [pytest.mark.mtplx, pytest.mark.slow, pytest.mark.xdist_group("mtplx")]
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-import numpy as np
 import pytest
 
 from oracles.checks.exact import assert_ids_equal
