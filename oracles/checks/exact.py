@@ -25,6 +25,7 @@ class Diff:
     max_abs: float
     max_rel: float
     max_ulp: int
+    nonfinite: int = 0  # positions where |a - b| is NaN or inf (left out of max abs/rel, counted here)
 
     @property
     def share(self) -> float:
@@ -38,7 +39,8 @@ class Diff:
         return {"mismatches": self.mismatches, "total": self.total, "share": self.share,
                 "first": None if self.first is None else list(self.first),
                 "first_values": None if self.first_values is None else list(self.first_values),
-                "max_abs": self.max_abs, "max_rel": self.max_rel, "max_ulp": self.max_ulp}
+                "max_abs": self.max_abs, "max_rel": self.max_rel, "max_ulp": self.max_ulp,
+                "nonfinite": self.nonfinite}
 
     def describe(self, what: str, mismatch: str = "differ") -> str:
         if self.first is None:
@@ -46,11 +48,13 @@ class Diff:
         a, b = self.first_values or (float("nan"), float("nan"))
         return (f"{what}: {self.mismatches} of {self.total} values {mismatch} ({self.share:.2%}); first at index "
                 f"{list(self.first)}: {a!r} vs {b!r}; max abs error {self.max_abs:.3e}, max rel error "
-                f"{self.max_rel:.3e}, max ULP {self.max_ulp}")
+                f"{self.max_rel:.3e}, max ULP {self.max_ulp}"
+                + (f"; {self.nonfinite} positions differ by NaN or inf (not in the max figures)" if self.nonfinite else ""))
 
 
 def _f4(a: Any) -> np.ndarray:
-    return np.ascontiguousarray(np.asarray(a), dtype="<f4")
+    # np.asarray with order="C" keeps a 0-d array 0-d (ascontiguousarray would make it shape [1]).
+    return np.asarray(a, dtype="<f4", order="C")
 
 
 def ulp_distance(a: Any, b: Any) -> np.ndarray:
@@ -93,7 +97,8 @@ def diff(a: Any, b: Any, atol: float | None = None) -> Diff:
     rel = absdiff / denom
     max_rel = float(rel[finite].max()) if finite.any() else 0.0
     return Diff(shape=tuple(fa.shape), mismatches=count, total=int(fa.size), first=first, first_values=values,
-                max_abs=max_abs, max_rel=max_rel, max_ulp=int(ulp_distance(fa, fb).max()) if fa.size else 0)
+                max_abs=max_abs, max_rel=max_rel, max_ulp=int(ulp_distance(fa, fb).max()) if fa.size else 0,
+                nonfinite=int(fa.size - int(finite.sum())))
 
 
 def assert_bits_equal(actual: Any, expected: Any, what: str) -> Diff:
