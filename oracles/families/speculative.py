@@ -73,7 +73,7 @@ def _cut(engine: Any, cache: Any, n: int, saved: Any, replay: list[int]) -> tupl
     if n == 0:
         return cache, "trim"
     trim = getattr(engine, "trim", None)
-    if trim is not None and trim(cache, n):
+    if callable(trim) and trim(cache, n):
         return cache, "trim"
     if saved is None:
         raise RuntimeError(f"{engine.id}: cache cannot be trimmed by {n} and no snapshot was taken")
@@ -103,16 +103,19 @@ def speculate(target: Any, draft: Any, ids: Sequence[int], num_draft: int, max_n
     target.forward(list(ids[:-1]), tcache, keep=1)
     draft.forward(list(ids[:-1]), dcache, keep=1)
     last, out, cycles, finish = int(ids[-1]), [], [], "length"
-    trimmable = hasattr(target, "trim") and hasattr(draft, "trim")
+    def can_trim(engine: Any) -> bool:
+        return callable(getattr(engine, "trim", None))
+
     while len(out) < max_new_tokens:
         d = min(num_draft, max_new_tokens - len(out) - 1)
         drafts: list[int] = []
         tok = last
+        dsaved = None if can_trim(draft) else draft.snapshot(dcache)
         for _ in range(d):
             tok = _argmax(draft.forward([tok], dcache, keep=1).logits[-1])
             drafts.append(tok)
         window = [last, *drafts]
-        saved = None if trimmable else target.snapshot(tcache)
+        saved = None if can_trim(target) else target.snapshot(tcache)
         choice = [_argmax(r) for r in target.forward(window, tcache).logits]
         k = 0
         while k < d and drafts[k] == choice[k]:
@@ -121,7 +124,7 @@ def speculate(target: Any, draft: Any, ids: Sequence[int], num_draft: int, max_n
         tcache, how = _cut(target, tcache, d - k, saved, window[: k + 1])
         # The draft cache gained ``last, drafts[:d-1]`` (d entries); it must hold ``last, drafts[:k]``.
         if d > k + 1:
-            dcache, _ = _cut(draft, dcache, d - (k + 1), None, [])
+            dcache, _ = _cut(draft, dcache, d - (k + 1), dsaved, window[: k + 1])
         elif d < k + 1:
             draft.forward(window[d : k + 1], dcache, keep=1)
         cycles.append(Cycle(drafts=drafts, accepted=k, correction=choice[k] if k < d else None,
