@@ -63,7 +63,15 @@ def test_compare_threshold_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[
     port = _receipt(tmp_path / "b", "port", "mlx", base + np.float32(10 * MAX_ABS_LOGIT), [5, 7, 2])
     assert main(["compare", str(ref), str(port), "--out", str(tmp_path / "c.json")]) == 1
     text = capsys.readouterr().out
-    assert "FAIL" in text and "greedy tokens diverge at 1" in text and "max |Δlogit|" in text
+    assert "FAIL" in text and "greedy tokens diverge at 1" in text
+
+
+def test_compare_logit_threshold_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = _logits()
+    ref = _receipt(tmp_path / "a", "ref", "torch", base, [5, 6, 2])
+    port = _receipt(tmp_path / "b", "port", "mlx", base + np.float32(10 * MAX_ABS_LOGIT), [5, 6, 2])
+    assert main(["compare", str(ref), str(port), "--out", str(tmp_path / "c.json")]) == 1
+    assert "max |Δlogit|" in capsys.readouterr().out
 
 
 def test_compare_nan_port_names_position(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
