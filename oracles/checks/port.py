@@ -93,5 +93,23 @@ def threshold_failures(fig: dict[str, Any]) -> list[str]:
     return out
 
 
-__all__ = ["MAX_ABS_LOGIT", "MAX_NMSE", "MAX_KL", "NEAR_TIE", "first_divergence", "port_figures",
+def held_figures(what: str, ref_logits: Any, port_logits: Any) -> dict[str, Any]:
+    """:func:`port_figures`, a bad input (shape, NaN) raised as AssertionError prefixed with ``what``
+    (the record), so a test fails naming the record and the position."""
+    __tracebackhide__ = True
+    try:
+        return port_figures(ref_logits, port_logits)
+    except ValueError as exc:
+        raise AssertionError(f"{what}: {exc}") from None
+
+
+def assert_within_thresholds(what: str, fig: dict[str, Any]) -> None:
+    """Raise AssertionError listing every threshold ``fig`` passes, prefixed with ``what``."""
+    __tracebackhide__ = True
+    failures = threshold_failures(fig)
+    if failures:
+        raise AssertionError(f"{what}: " + "; ".join(failures))
+
+
+__all__ = ["held_figures", "assert_within_thresholds", "MAX_ABS_LOGIT", "MAX_NMSE", "MAX_KL", "NEAR_TIE", "first_divergence", "port_figures",
            "threshold_failures", "top2_gap", "log_softmax64"]

@@ -11,7 +11,10 @@ from typing import Any, Callable
 
 import pytest
 
+import numpy as np
+
 from oracles.checks.exact import assert_ids_equal, diff
+from oracles.checks.port import assert_within_thresholds, first_divergence, held_figures
 from oracles.families import execution as ex
 from oracles.families.chat import ChatRecord
 from oracles.fingerprint import fingerprint
@@ -115,3 +118,27 @@ def test_completion_counts(runs: Callable[..., Any], engine: Any, record: ChatRe
     receipt.update(completion_tokens=counts, prompt_tokens=[len(t.frontier) + len(t.suffix) for t in run.turns])
     assert len(counts) == len(record.turns) == 3, f"{record.id}: {len(counts)} turns ran, {len(record.turns)} asked"
     assert all(c > 0 for c in counts), f"{record.id}: an empty answer: {counts}"
+
+
+def _held_port(what: str, ref_logits: Any, port_logits: Any, receipt: Any) -> None:
+    __tracebackhide__ = True
+    fig = held_figures(what, ref_logits, port_logits)
+    receipt.update(fig)
+    assert_within_thresholds(what, fig)
+
+
+@pytest.mark.port
+def test_chat_vs_reference(runs: Callable[..., Any], engines: Callable[..., Any], reference: Any, port_id: str,
+                           record: ChatRecord, receipt: Any) -> None:
+    """Port vs reference (marker port): each turn's suffix ids and tokens equal, warm next-token logits
+    within the fp32 thresholds of oracles.checks.port."""
+    port = engines(port_id)
+    ref, got = ex.chat(runs, reference, record), ex.chat(runs, port, record)
+    firsts = [first_divergence(a.tokens, b.tokens) for a, b in zip(ref.turns, got.turns)]
+    receipt.update(request_sha256=record.sha256, kind="chat", first_divergent_token_per_turn=firsts)
+    warm_ref = np.stack([t.warm for t in ref.turns])
+    warm_port = np.stack([t.warm for t in got.turns])
+    _held_port(f"{record.id}: warm next-token logits per turn", warm_ref, warm_port, receipt)
+    for a, b in zip(ref.turns, got.turns):
+        assert_ids_equal(b.suffix, a.suffix, f"{record.id} turn {a.index + 1}: suffix ids")
+        assert_ids_equal(b.tokens, a.tokens, f"{record.id} turn {a.index + 1}: port {port.id} tokens vs reference")
