@@ -1,6 +1,6 @@
 """d1 rows vs trees on one engine, side by side in one run.
 
-    ORACLES_HOME=/tmp/oh .venv/bin/python bench/d1_rows_vs_tree.py [--engine torch] [--repeats 3] [--out FILE]
+    ORACLES_HOME=/tmp/oh .venv/bin/python bench/d1_rows_vs_tree.py [--engine torch] [--repeats 3] [--threads N] [--out FILE]
 
 1. Row path, every request: wall seconds per length bucket (sum over the bucket's rows, and tokens/s).
 2. Multi-question requests: the row path (every question as its own full row) and the tree path
@@ -31,6 +31,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--engine", default="torch")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=0, help="engine threads (0: the library default); on a shared "
+                    "2-core machine 1 thread avoids the oversubscription stalls of 2")
     ap.add_argument("--max-bucket", type=int, default=4096, help="skip requests above this bucket")
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args()
@@ -41,7 +43,7 @@ def main() -> int:
     root = snapshot_dir(pin)
     verify_snapshot(pin, root)
     start = time.perf_counter()
-    engine = engine_class(a.engine)(root, pin.name, 0)
+    engine = engine_class(a.engine)(root, pin.name, a.threads)
     load_s = time.perf_counter() - start
     rows_doc = json.loads(d1.ROWS.read_text())
     meta = {r["id"]: r for r in rows_doc["requests"]}
@@ -81,7 +83,7 @@ def main() -> int:
                       "tree_over_rows": round(statistics.median(tree_s) / statistics.median(row_s), 4)})
     total_rows = sum(t["rows_median_s"] for t in trees)
     total_tree = sum(t["tree_median_s"] for t in trees)
-    doc = {"engine": a.engine, "pin": pin.name, "load_seconds": round(load_s, 2), "repeats": a.repeats,
+    doc = {"engine": a.engine, "pin": pin.name, "threads": a.threads, "load_seconds": round(load_s, 2), "repeats": a.repeats,
            "describe": engine.describe() if hasattr(engine, "describe") else {},
            "row_path_by_bucket": {str(k): v for k, v in sorted(buckets.items())},
            "row_path_seconds": round(sum(b["seconds"] for b in buckets.values()), 2),
