@@ -3,7 +3,12 @@ PYTHON ?= python3.11
 VENV   := .venv
 BIN    := $(VENV)/bin
 PIN    ?= smollm2-135m-instruct
-# Extra pytest arguments, e.g. `make test PYTEST_ARGS="-n 2"`.
+# How the oracle runs use this 2-core machine: two xdist workers, each family on one worker
+# (xdist_group + loadgroup keeps a model on one worker), each torch engine single-threaded. Two
+# torch threads per process fight for the cores: a greedy decode measured 10.5 tok/s with 1 thread
+# vs 2.8 tok/s with 2 while another process ran. `make test PARALLEL=` runs serially.
+PARALLEL ?= -n 2 --dist loadgroup --oracle-threads 1
+# Extra pytest arguments, e.g. `make test PYTEST_ARGS="-m mtplx"`.
 PYTEST_ARGS ?=
 
 export HF_HUB_OFFLINE := 1
@@ -29,11 +34,11 @@ materialize: setup
 	$(BIN)/oracles materialize smollm2-draft-twin  # the speculative oracles' draft; needs $(PIN)'s tokenizer
 
 oracle: materialize
-	$(BIN)/python -m pytest tests/oracles --runslow --receipt-tag oracle $(PYTEST_ARGS); status=$$?; \
+	$(BIN)/python -m pytest tests/oracles --runslow --receipt-tag oracle $(PARALLEL) $(PYTEST_ARGS); status=$$?; \
 	$(BIN)/oracles receipts --latest receipts/oracle; exit $$status
 
 test: materialize
-	$(BIN)/python -m pytest --runslow $(PYTEST_ARGS)
+	$(BIN)/python -m pytest --runslow $(PARALLEL) $(PYTEST_ARGS)
 
 smoke: setup
 	$(BIN)/python -m pytest -m dry
