@@ -281,10 +281,17 @@ def emit(config: pytest.Config, event: str, **fields: Any) -> None:
     """Queue a session event (``pin_verified``, ``engine_loaded``) for the receipt.
 
     The event rides to the controller on the report of the test whose set-up caused it, so it
-    reaches the receipt from xdist workers too.
+    reaches the receipt from xdist workers too. Fields are held to the receipt's JSON rules at
+    once (a str subclass such as ``torch.__version__`` would pass serially and then break xdist's
+    serialiser on a worker).
+
+    Raises:
+        TypeError: a field that strict JSON cannot hold, naming it.
     """
+    from oracles.receipts import check_json_safe
     from oracles.state import worker_id
 
+    check_json_safe(fields, f"event {event}")
     config.stash[STATE].pending_events.append({"event": event, "worker": worker_id(config), "at": time.time(),
                                                **fields})
 

@@ -80,7 +80,7 @@ class MlxPort:
 
     def describe(self) -> dict[str, Any]:
         return {"engine": self.id, "class": f"mlx_lm.models.{self.model.model_type}.Model", "dtype": "float32",
-                "device": str(mx.default_device()), "mlx": mx.__version__, "mlx_lm": self.mlx_lm_version,
+                "device": str(mx.default_device()), "mlx": str(mx.__version__), "mlx_lm": str(self.mlx_lm_version),
                 "threads": self.threads or None, "config_overrides": self.overrides}
 
     # -- tokenizer ----------------------------------------------------------------------------

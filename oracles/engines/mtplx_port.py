@@ -38,7 +38,7 @@ class MtplxPort(MlxPort):
     def describe(self) -> dict[str, Any]:
         import mtplx
 
-        return {**super().describe(), "engine": self.id, "mtplx": getattr(mtplx, "__version__", "unknown")}
+        return {**super().describe(), "engine": self.id, "mtplx": str(getattr(mtplx, "__version__", "unknown"))}
 
     def generate(self, ids: Sequence[int], sampler: Sampler, max_new_tokens: int,
                  max_kv_size: int | None = None) -> Generation:

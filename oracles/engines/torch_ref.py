@@ -50,7 +50,7 @@ class TorchReference:
 
     def describe(self) -> dict[str, Any]:
         return {"engine": self.id, "class": type(self.model).__name__, "threads": torch.get_num_threads(),
-                "dtype": "float32", "device": "cpu", "torch": torch.__version__}
+                "dtype": "float32", "device": "cpu", "torch": str(torch.__version__)}
 
     # -- tokenizer ----------------------------------------------------------------------------
     def chat_ids(self, messages: Sequence[dict[str, str]], add_generation_prompt: bool = True) -> list[int]:
