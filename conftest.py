@@ -140,6 +140,12 @@ def reference(engines: Callable[..., Any], pytestconfig: pytest.Config) -> Any:
     return engines(pytestconfig.getoption("reference"))
 
 
+@pytest.fixture
+def engine(engines: Callable[..., Any], engine_id: str) -> Any:
+    """The engine of this test's ``engine_id`` parameter (the reference or a port), loaded once."""
+    return engines(engine_id)
+
+
 @pytest.fixture(scope="session")
 def runs() -> Callable[..., Any]:
     """``runs(key, fn)``: ``fn()`` once per session per key, memoised (exceptions too, re-raised)."""

@@ -43,11 +43,6 @@ def record(request: pytest.FixtureRequest) -> ChatRecord:
     return request.param
 
 
-@pytest.fixture
-def engine(engines: Callable[..., Any], engine_id: str) -> Any:
-    return engines(engine_id)
-
-
 def _run(runs: Callable[..., Any], engine: Any, record: ChatRecord) -> Any:
     return ex.chat(runs, engine, record)
 

@@ -55,11 +55,6 @@ def _label(key: tuple[str, str]) -> str:
     return f"{key[0]}/{key[1]}"
 
 
-@pytest.fixture
-def engine(engines: Callable[..., Any], engine_id: str) -> Any:
-    return engines(engine_id)
-
-
 def _gate(engine_id: str, config: pytest.Config, rid: str) -> None:
     """Ports run the records ORACLES_D1_PORT_RECORDS selects (module docstring)."""
     if engine_id == config.getoption("reference"):

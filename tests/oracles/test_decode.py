@@ -32,11 +32,6 @@ def record(request: pytest.FixtureRequest) -> PromptRecord:
     return request.param
 
 
-@pytest.fixture
-def engine(engines: Callable[..., Any], engine_id: str) -> Any:
-    return engines(engine_id)
-
-
 def test_decode_to_stop(runs: Callable[..., Any], engine: Any, record: PromptRecord, receipt: Any) -> None:
     """Greedy decode through the cache reaches a stop token within the cap (the cap is recorded)."""
     run = ex.decode(runs, engine, record)

@@ -31,11 +31,6 @@ def record(request: pytest.FixtureRequest) -> PromptRecord:
     return request.param
 
 
-@pytest.fixture
-def engine(engines: Callable[..., Any], engine_id: str) -> Any:
-    return engines(engine_id)
-
-
 def prefill(runs: Callable[..., Any], engine: Any, record: PromptRecord) -> Any:
     return runs(("prefill", engine.id, record.id), lambda: engine.forward(list(record.ids)))
 

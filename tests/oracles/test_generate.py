@@ -25,11 +25,6 @@ def record(request: pytest.FixtureRequest) -> PromptRecord:
     return request.param
 
 
-@pytest.fixture
-def engine(engines: Callable[..., Any], engine_id: str) -> Any:
-    return engines(engine_id)
-
-
 @pytest.mark.parametrize("mode", MODES)
 def test_generation_to_stop(runs: Callable[..., Any], engine: Any, record: PromptRecord, mode: str, receipt: Any) -> None:
     """The engine's own generation reaches a stop token within the cap; every figure recorded."""

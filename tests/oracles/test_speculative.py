@@ -24,11 +24,6 @@ def record(request: pytest.FixtureRequest) -> PromptRecord:
     return request.param
 
 
-@pytest.fixture
-def engine(engines: Callable[..., Any], engine_id: str) -> Any:
-    return engines(engine_id)
-
-
 @pytest.mark.parametrize("draft", DRAFTS)
 def test_cycles_equal_greedy(runs: Callable[..., Any], engines: Callable[..., Any], engine: Any, record: PromptRecord,
                              draft: str, receipt: Any) -> None:
