@@ -18,8 +18,12 @@ from typing import Any, Callable
 import pytest
 
 import oracles.engines
+from oracles.pins import oracles_home
 
 ROOT = Path(__file__).resolve().parents[2]
+#: Read at import, before pytester points $HOME at its temporary folder (where ~/.cache/oracles,
+#: the default $ORACLES_HOME, holds no snapshot); handed to the inner runs as $ORACLES_HOME.
+REAL_ORACLES_HOME = str(oracles_home())
 PIN = "smollm2-135m-instruct"
 
 FAKE_ENGINE = """
@@ -69,6 +73,7 @@ def _pin_digest() -> str:
 def fields_run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
                only_receipt: Callable[..., Any]) -> tuple[pytest.RunResult, Path, dict[str, Any]]:
     monkeypatch.setitem(oracles.engines.BUILTIN, "fake", "fake_engine:FakeEngine")
+    monkeypatch.setenv("ORACLES_HOME", REAL_ORACLES_HOME)
     pytester.syspathinsert()
     pytester.makeconftest((ROOT / "conftest.py").read_text())  # the project's real fixtures
     pytester.makepyfile(fake_engine=FAKE_ENGINE, test_suite=SUITE)
