@@ -66,6 +66,20 @@ class Generation:
         return n / self.decode_seconds if self.decode_seconds > 0 else 0.0
 
 
+def check_forward_length(engine: Any, cached: int, new: int) -> None:
+    """Refuse an empty forward, or one whose ``cached + new`` positions pass ``engine.max_context``
+    (the model config's ``max_position_embeddings``; 0 means no limit).
+
+    Raises:
+        ValueError: naming both counts, the context and the pin.
+    """
+    if new == 0:
+        raise ValueError("forward: no token ids")
+    if engine.max_context and cached + new > engine.max_context:
+        raise ValueError(f"forward: {cached} cached + {new} new tokens exceed the context of "
+                         f"{engine.max_context} (max_position_embeddings of {engine.pin})")
+
+
 @runtime_checkable
 class Engine(Protocol):
     """One framework's adapter. ``id`` is the engine id used in test ids ("torch", "mlx", ...)."""

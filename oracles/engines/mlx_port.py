@@ -26,7 +26,7 @@ from typing import Any, Sequence
 import mlx.core as mx
 import numpy as np
 
-from oracles.engines.base import Generation, Sampler, Step
+from oracles.engines.base import Generation, Sampler, Step, check_forward_length
 
 
 def rope_overrides(config: dict[str, Any]) -> dict[str, Any]:
@@ -105,12 +105,7 @@ class MlxPort:
     def forward(self, ids: Sequence[int], cache: Any | None = None, keep: int = 0) -> Step:
         """Same contract as the reference: the hidden states are the final norm's output (what the
         model's own ``__call__`` feeds the tied embedding head), the logits that head's output."""
-        if len(ids) == 0:
-            raise ValueError("forward: no token ids")
-        start = self.cache_length(cache)
-        if self.max_context and start + len(ids) > self.max_context:
-            raise ValueError(f"forward: {start} cached + {len(ids)} new tokens exceed the context of "
-                             f"{self.max_context} (max_position_embeddings of {self.pin})")
+        check_forward_length(self, self.cache_length(cache), len(ids))
         x = mx.array([list(ids)], dtype=mx.int32)
         hidden = self.model.model(x, cache)[0]
         if keep:

@@ -16,7 +16,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from oracles.engines.base import Generation, Sampler, Step
+from oracles.engines.base import Generation, Sampler, Step, check_forward_length
 
 
 class TorchReference:
@@ -79,12 +79,7 @@ class TorchReference:
 
     @torch.inference_mode()
     def forward(self, ids: Sequence[int], cache: Any | None = None, keep: int = 0) -> Step:
-        if len(ids) == 0:
-            raise ValueError("forward: no token ids")
-        start = self.cache_length(cache)
-        if self.max_context and start + len(ids) > self.max_context:
-            raise ValueError(f"forward: {start} cached + {len(ids)} new tokens exceed the context of "
-                             f"{self.max_context} (max_position_embeddings of {self.pin})")
+        check_forward_length(self, self.cache_length(cache), len(ids))
         self._captured.clear()
         x = torch.tensor([list(ids)], dtype=torch.long)
         out = self.model(input_ids=x, cache=cache, use_cache=cache is not None, logits_to_keep=keep)
