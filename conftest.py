@@ -15,6 +15,7 @@ import pytest
 
 from oracles.engines import engine_class, resolve_ports, unavailable_reason
 from oracles.errors import OracleError
+from oracles.groups import record_group
 from oracles.pins import DEFAULT_PIN, load_pin, parse_snapshot_options, snapshot_dir, verify_snapshot
 from oracles.plugin import emit
 
@@ -49,11 +50,18 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
                    f"(mlx: {unavailable_reason('mlx') or 'available'})"))], scope="session")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker hook turns the marks into nodeid suffixes
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """``--port-max-tokens N`` (mtplx, mtplx_chat and port tests): a port engine's test of a record
+    """Oracle tests get their xdist group (:func:`oracles.groups.record_group`); then the port limit below.
+
+    ``--port-max-tokens N`` (mtplx, mtplx_chat and port tests): a port engine's test of a record
     longer than N prompt tokens is skipped,
     naming both numbers (the reference still runs it). A record's size is ``len(record.ids)`` or its
     ``budget_tokens``."""
+    for item in items:
+        group = record_group(item.keywords, getattr(getattr(item, "callspec", None), "params", {}))
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
     limit = config.getoption("port_max_tokens", 0)
     reference = config.getoption("reference")
     if not limit:

@@ -16,7 +16,7 @@ import pytest
 
 from oracles.errors import OracleError
 from oracles.pins import parse_snapshot_options
-from oracles.receipts import Receipt, load_records
+from oracles.receipts import Receipt, load_records, plain_nodeid
 from oracles.state import DATA_KEY, EVENTS_KEY, EnvironmentProbe, RunState
 
 STATE = pytest.StashKey[RunState]()
@@ -153,7 +153,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 gpu_reason = probe_accelerator()
             if gpu_reason:
                 item.add_marker(pytest.mark.skip(reason=f"gpu: no accelerator answered ({gpu_reason})"))
-        previous = state.resume.get(item.nodeid)
+        previous = state.resume.get(plain_nodeid(item.nodeid))
         if previous is not None and previous.outcome == "passed":
             item.add_marker(pytest.mark.skip(reason=f"resume: passed in {state.resume_path}"))
 
@@ -161,14 +161,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_collection_finish(session: pytest.Session) -> None:
     state = session.config.stash[STATE]
     if state.controller and not state.collected:
-        state.collected = [item.nodeid for item in session.items]
+        state.collected = [plain_nodeid(item.nodeid) for item in session.items]
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
     state = node.config.stash[STATE]
     if not state.collected:
-        state.collected = list(ids)
+        state.collected = [plain_nodeid(i) for i in ids]
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -302,7 +302,7 @@ def receipt(request: pytest.FixtureRequest) -> Receipt:
     data: dict[str, Any] = {}
     request.node.user_properties.append((DATA_KEY, data))
     state = request.config.stash[STATE]
-    return Receipt(data, state.staging, request.node.nodeid)
+    return Receipt(data, state.staging, plain_nodeid(request.node.nodeid))
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

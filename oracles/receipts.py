@@ -76,6 +76,20 @@ class TestRecord:
 _RECORD_FIELDS = tuple(f.name for f in fields(TestRecord))
 
 
+def plain_nodeid(nodeid: str) -> str:
+    """The test's nodeid without the ``@group`` suffix ``--dist loadgroup`` adds to it.
+
+    pytest-xdist 3.8 (``xdist/remote.py``) appends ``@<xdist_group name>`` to the nodeid of a grouped
+    test on the workers; receipts name a test the same way whether it ran serially or on a worker, so
+    a receipt of one run resumes or compares with a receipt of the other. A ``@`` inside the
+    parametrize brackets is part of the id and stays.
+    """
+    at = nodeid.rfind("@")
+    if at > nodeid.rfind("]") and at > nodeid.rfind("::"):
+        return nodeid[:at]
+    return nodeid
+
+
 def split_nodeid(nodeid: str) -> tuple[str, str]:
     """``"tests/x.py::test_a[ping-torch]"`` -> ``("test_a", "ping-torch")``; no brackets -> id ``""``.
 

@@ -31,6 +31,7 @@ from oracles.receipts import (
     checks_table,
     dump_json,
     pack_arrays,
+    plain_nodeid,
     split_nodeid,
     write_exclusive,
 )
@@ -179,10 +180,11 @@ class RunState:
         for name, value in getattr(report, "user_properties", ()):
             if name == EVENTS_KEY:
                 self.events.extend(value)
-        self.open_reports.setdefault(report.nodeid, []).append(report)
+        nodeid = plain_nodeid(report.nodeid)
+        self.open_reports.setdefault(nodeid, []).append(report)
         if report.when not in ("teardown", "???"):
             return None
-        record = self._record(report.nodeid, self.open_reports.pop(report.nodeid))
+        record = self._record(nodeid, self.open_reports.pop(nodeid))
         self.records[record.nodeid] = record
         if self.partial is not None:
             self.partial.write({"event": "test", **record.to_json()})
@@ -190,7 +192,7 @@ class RunState:
 
     def on_collect_error(self, report: Any) -> None:
         """Keep a failed collection (a module or record file that would not load) for the receipt."""
-        self.collection_errors.append({"nodeid": report.nodeid, "summary": _summary(report)})
+        self.collection_errors.append({"nodeid": plain_nodeid(report.nodeid), "summary": _summary(report)})
 
     def _record(self, nodeid: str, reports: list[Any]) -> TestRecord:
         check, record_id = split_nodeid(nodeid)

@@ -19,7 +19,7 @@ from oracles.families import execution as ex
 from oracles.families.chat import ChatRecord
 from oracles.fingerprint import fingerprint
 
-pytestmark = [pytest.mark.mtplx_chat, pytest.mark.slow, pytest.mark.xdist_group("mtplx_chat")]
+pytestmark = [pytest.mark.mtplx_chat, pytest.mark.slow]
 
 #: Warm (suffix through the live cache) vs cold (one prefill of the same ids) next-token logits. As
 #: for the decode recompute (test_decode.RECOMPUTE_ATOL): the two differ only in how many rows each

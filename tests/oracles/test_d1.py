@@ -22,7 +22,7 @@ from oracles.families.d1_rows import load_arms
 from oracles.families.d1_run import FULL_BUCKETS, RequestRun, port_runs, row_pass, run_request
 from oracles.fingerprint import as_f4, fingerprint
 
-pytestmark = [pytest.mark.d1, pytest.mark.slow, pytest.mark.xdist_group("d1")]
+pytestmark = [pytest.mark.d1, pytest.mark.slow]
 
 REQUESTS = {r.id: r for r in d1.load_requests()}
 ROWS_DOC = json.loads(d1.ROWS.read_text())
@@ -218,9 +218,10 @@ def test_tree_vs_row(runs: Callable[..., Any], engine: Any, key: tuple[str, str]
                                    f"(tree {run.tree.probs[k]}, row {row.probs}; max |dlogit| {dl.max_abs:.3e})")
 
 
-def test_determinism(runs: Callable[..., Any], engine: Any, pytestconfig: pytest.Config, receipt: Any) -> None:
+@pytest.mark.parametrize("key", QUESTIONS[:1], ids=[_label(k) for k in QUESTIONS[:1]])
+def test_determinism(runs: Callable[..., Any], engine: Any, key: tuple[str, str], pytestconfig: pytest.Config,
+                     receipt: Any) -> None:
     """The first request's first row again, cold: logits, hidden state and probabilities bit for bit."""
-    key = QUESTIONS[0]
     first = _run(runs, engine, key[0], pytestconfig).rows[key[1]]
     again = row_pass(engine, ROWS[key]["ids"], ROWS[key]["readout_ids"])
     receipt.update(engine=engine.id, record=_label(key), probs=again.probs, seconds=round(again.seconds, 4))
@@ -229,20 +230,26 @@ def test_determinism(runs: Callable[..., Any], engine: Any, pytestconfig: pytest
     readout.assert_probs_equal(again.probs, first.probs, f"{_label(key)}: probabilities, second run vs first")
 
 
-@pytest.mark.parametrize("arm_id", list(ARMS))
-def test_red_arm(runs: Callable[..., Any], engine: Any, arm_id: str, pytestconfig: pytest.Config, receipt: Any) -> None:
+#: (base record id, arm id): an arm's test runs with its base record's tests (conftest.record_group).
+ARM_KEYS = [(a["base_id"], arm_id) for arm_id, a in ARMS.items()]
+
+
+@pytest.mark.parametrize("arm", ARM_KEYS, ids=[k[1] for k in ARM_KEYS])
+def test_red_arm(runs: Callable[..., Any], engine: Any, arm: tuple[str, str], pytestconfig: pytest.Config,
+                 receipt: Any) -> None:
     """An adopted control arm moves some option's probability by more than RED_ARM_MIN against its base row."""
-    arm = ARMS[arm_id]
-    base_key = (arm["base_id"], arm["question"])
-    base = _run(runs, engine, arm["base_id"], pytestconfig).rows[arm["question"]]
+    arm_id = arm[1]
+    spec = ARMS[arm_id]
+    base_key = (spec["base_id"], spec["question"])
+    base = _run(runs, engine, spec["base_id"], pytestconfig).rows[spec["question"]]
     row = ARM_ROWS[arm_id]
     arm_run = runs(("d1-arm", engine.id, arm_id), lambda: row_pass(engine, row["ids"], row["readout_ids"]))
     assert row["keys"] == ROWS[base_key]["keys"], f"{arm_id}: keys {row['keys']} differ from the base's"
     dp = readout.max_abs_dp(arm_run.probs, base.probs)
     keys = row["keys"]
-    receipt.update(engine=engine.id, kind=arm["kind"], base=_label(base_key), max_abs_dp=dp, threshold=d1.RED_ARM_MIN,
+    receipt.update(engine=engine.id, kind=spec["kind"], base=_label(base_key), max_abs_dp=dp, threshold=d1.RED_ARM_MIN,
                    probs_base=base.probs, probs_arm=arm_run.probs, argmax_base=keys[readout.argmax(base.probs)],
-                   argmax_arm=keys[readout.argmax(arm_run.probs)], measured_at_adoption=arm["measured"]["max_abs_dp"],
+                   argmax_arm=keys[readout.argmax(arm_run.probs)], measured_at_adoption=spec["measured"]["max_abs_dp"],
                    row_len=len(row["ids"]))
     assert dp > d1.RED_ARM_MIN, (f"{arm_id}: moves {base_key[0]}/{base_key[1]} by max |dp| {dp:.4f} <= "
                                  f"{d1.RED_ARM_MIN} (base {base.probs}, arm {arm_run.probs})")

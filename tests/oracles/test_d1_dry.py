@@ -19,7 +19,7 @@ from oracles.families import d1
 from oracles.families.d1_rows import current_rows, load_arms
 from oracles.pins import sha256_file
 
-pytestmark = [pytest.mark.dry, pytest.mark.d1, pytest.mark.xdist_group("d1")]
+pytestmark = [pytest.mark.dry, pytest.mark.d1]
 
 COMMITTED = json.loads(d1.ROWS.read_text())
 META = {r["id"]: r for r in COMMITTED["requests"]}

@@ -15,7 +15,7 @@ from oracles.checks.header import TORCH_TO_CODE, compare_to_model, tile_problems
 from oracles.errors import PinError
 from oracles.pins import DEFAULT_PIN, load_pin, safetensors_header
 
-pytestmark = [pytest.mark.d1, pytest.mark.xdist_group("d1")]
+pytestmark = [pytest.mark.d1]
 
 
 def _proof(path: Path) -> tuple[list[str], dict[str, Any], dict[str, Any]]:

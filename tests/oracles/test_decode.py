@@ -16,7 +16,7 @@ from oracles.families.decode import recompute_steps
 from oracles.families.mtplx import PromptRecord, load_prompts
 from oracles.fingerprint import as_f4, row_fingerprints
 
-pytestmark = [pytest.mark.mtplx, pytest.mark.slow, pytest.mark.xdist_group("mtplx")]
+pytestmark = [pytest.mark.mtplx, pytest.mark.slow]
 
 #: Cached vs recomputed logits. A decode step multiplies one row through every matmul and attends
 #: over cached keys; the recompute runs T rows at once, so BLAS blocks and reduction orders differ

@@ -15,7 +15,7 @@ from oracles.checks.exact import assert_ids_equal, assert_within, diff
 from oracles.families.mtplx import PromptRecord, load_prompts
 from oracles.fingerprint import as_f4, fingerprint, row_fingerprints
 
-pytestmark = [pytest.mark.mtplx, pytest.mark.slow, pytest.mark.xdist_group("mtplx")]
+pytestmark = [pytest.mark.mtplx, pytest.mark.slow]
 
 PROMPTS = load_prompts()
 

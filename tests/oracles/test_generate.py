@@ -15,7 +15,7 @@ from oracles.families import execution as ex
 from oracles.families.mtplx import PromptRecord
 from oracles.fingerprint import fingerprint, row_fingerprints
 
-pytestmark = [pytest.mark.mtplx, pytest.mark.slow, pytest.mark.xdist_group("mtplx")]
+pytestmark = [pytest.mark.mtplx, pytest.mark.slow]
 
 MODES = ["greedy", "sampled"]
 

@@ -21,7 +21,7 @@ from oracles.engines.base import Step
 from oracles.families import execution as ex
 from oracles.families.mtplx import PromptRecord, load_prompts
 
-pytestmark = [pytest.mark.port, pytest.mark.slow, pytest.mark.xdist_group("mtplx")]
+pytestmark = [pytest.mark.port, pytest.mark.slow]
 
 PROMPTS = load_prompts()
 

@@ -14,7 +14,7 @@ from oracles.checks.exact import assert_ids_equal
 from oracles.families import execution as ex
 from oracles.families.mtplx import PromptRecord
 
-pytestmark = [pytest.mark.mtplx, pytest.mark.slow, pytest.mark.xdist_group("mtplx")]
+pytestmark = [pytest.mark.mtplx, pytest.mark.slow]
 
 DRAFTS = ["self", "twin"]
 
