@@ -18,6 +18,7 @@ from oracles.errors import OracleError
 from oracles.groups import record_group
 from oracles.pins import DEFAULT_PIN, load_pin, parse_snapshot_options, snapshot_dir, verify_snapshot
 from oracles.plugin import emit
+from oracles.port_scope import EXECUTION_SAMPLE_TOKENS, PortScope
 
 # tests/unit drive the plugin through pytester; pytest refuses pytest_plugins in a non-root conftest.
 pytest_plugins = ["pytester"]
@@ -52,33 +53,27 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's worker hook turns the marks into nodeid suffixes
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Oracle tests get their xdist group (:func:`oracles.groups.record_group`); then the port limit below.
-
-    ``--port-max-tokens N`` (mtplx, mtplx_chat and port tests): a port engine's test of a record
-    longer than N prompt tokens is skipped,
-    naming both numbers (the reference still runs it). A record's size is ``len(record.ids)`` or its
-    ``budget_tokens``."""
+    """Oracle tests get their xdist group (:func:`oracles.groups.record_group`); a port engine's
+    execution-family test of a record ``--port-records`` leaves out is skipped, naming the setting
+    (the reference still runs it). A record's size is ``len(record.ids)`` or its ``budget_tokens``;
+    d1 applies the same scope to its rows (tests/oracles/test_d1.py)."""
     for item in items:
         group = record_group(item.keywords, getattr(getattr(item, "callspec", None), "params", {}))
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
-    limit = config.getoption("port_max_tokens", 0)
+    scope = PortScope.parse(config.getoption("port_records"))
     reference = config.getoption("reference")
-    if not limit:
-        return
     for item in items:
         if not any(m in item.keywords for m in ("mtplx", "mtplx_chat", "port")):
-            continue  # the execution families' rule; d1 has its own (ORACLES_D1_PORT_MAX_BUCKET)
+            continue
         params = getattr(getattr(item, "callspec", None), "params", {})
         engine = params.get("port_id", params.get("engine_id"))
         if engine is None or engine == reference:
             continue
         for value in params.values():
-            size = len(value.ids) if hasattr(value, "ids") else getattr(value, "budget_tokens", 0)
-            if size > limit:
-                item.add_marker(pytest.mark.skip(reason=f"port {engine}: record {getattr(value, 'id', value)!r} has "
-                                                        f"~{size} prompt tokens > --port-max-tokens {limit} "
-                                                        f"(pass --port-max-tokens 0 to run it)"))
+            size = len(value.ids) if hasattr(value, "ids") else getattr(value, "budget_tokens", None)
+            if size is not None and not scope.selects(size, size <= EXECUTION_SAMPLE_TOKENS):
+                item.add_marker(pytest.mark.skip(reason=scope.skip_reason(engine, getattr(value, "id", str(value)), size)))
 
 
 @pytest.fixture(scope="session")

@@ -16,6 +16,7 @@ import pytest
 
 from oracles.errors import OracleError
 from oracles.pins import parse_snapshot_options
+from oracles.port_scope import PortScope
 from oracles.receipts import Receipt, load_records, plain_nodeid
 from oracles.state import DATA_KEY, EVENTS_KEY, EnvironmentProbe, RunState
 
@@ -54,9 +55,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="intra-op threads for engines (torch.set_num_threads); 0 leaves the library default; default: %(default)r")
     group.addoption("--deadline", type=float, default=None, metavar="SECONDS",
                     help="start no new test after SECONDS from session start; the rest are listed as not run; default: %(default)r")
-    group.addoption("--port-max-tokens", type=int, default=256, metavar="N",
-                    help="skip a port engine's test of a record longer than N prompt tokens (MLX's CPU prefill "
-                         "runs ~80 s per 1k tokens); 0 = no limit; default: %(default)r")
+    group.addoption("--port-records", default="sample", metavar="SCOPE",
+                    help="records a port engine runs (the reference runs all): 'sample' (each family's budget "
+                         "sample), 'all', or N = records of at most N prompt tokens (see oracles/port_scope.py); "
+                         "default: %(default)r")
     group.addoption("--resume", default=None, metavar="RECEIPT",
                     help="a receipt or .partial.jsonl: skip the tests that passed there, carrying their records; default: %(default)r")
 
@@ -84,6 +86,10 @@ def _check_options(opt: Any) -> None:
         raise pytest.UsageError(f"--oracle-threads {opt.oracle_threads}: expected 0 (library default) or a positive count")
     if opt.deadline is not None and not opt.deadline > 0:
         raise pytest.UsageError(f"--deadline {opt.deadline:g}: expected a positive number of seconds")
+    try:
+        PortScope.parse(opt.port_records)
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
     ports = [] if opt.port in ("auto", "none") else [p.strip() for p in opt.port.split(",") if p.strip()]
     for flag, engine_id in [("--reference", opt.reference), *(("--port", p) for p in ports)]:
         from oracles.engines import BUILTIN, registry  # light; registry() scans entry points, so only when needed

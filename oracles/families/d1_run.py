@@ -8,7 +8,6 @@ the path's own values and recompute nothing in their place.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -18,36 +17,15 @@ import numpy as np
 from oracles.checks.readout import group_probabilities, log_softmax
 from oracles.families import d1
 
-#: Environment variable: which records a *port* runs (the reference runs every record).
-#: ``sample`` (default): the records of :data:`PORT_SAMPLE`; a bucket (64 .. 4096): every record up to
-#: that bucket; ``all``: every record. Measured on this 2-core CPU under load, the MLX port prefills
-#: ~5 tokens/s (80 tokens: 16 s; 400 tokens: 82 s), so the 512-bucket set (~17k tokens) would take
-#: about an hour: ``make test`` runs the sample (~700 tokens: a tree, a full row, three red arms).
-PORT_RECORDS_ENV = "ORACLES_D1_PORT_RECORDS"
-#: The port sample: a two-question tree (also the determinism and full-hidden-states record) and the
-#: bases of three adopted red arms (one word flip each of a noul and a choice question, a state swap).
+#: d1's port sample under ``--port-records sample`` (:mod:`oracles.port_scope`): the MLX port here
+#: prefills ~5 tokens/s (80 tokens: 16 s; 400 tokens: 82 s), so the 512-bucket set (~17k tokens) would
+#: take about an hour and ``make test`` runs these ~700 tokens: a two-question tree (also the
+#: determinism and full-hidden-states record) and the bases of three adopted red arms (one word flip each of a noul and a choice question, a state swap).
 PORT_SAMPLE = ("fact_water", "ent_cats", "sent_film")
 #: Rows whose every position is also run (``keep=0``) to check hidden states ``[L, D]``: the first
 #: question of the first request of each of these buckets (a full ``[L, V]`` logits array of a
 #: 512-token row is 100 MB; longer rows keep the answer slot only).
 FULL_BUCKETS = (64, 128, 256, 512)
-
-
-def port_runs(rid: str, bucket: int) -> tuple[bool, str]:
-    """Whether a port runs request ``rid`` (in ``bucket``) under :data:`PORT_RECORDS_ENV`, and the setting.
-
-    Raises:
-        ValueError: a value that is neither ``sample``, ``all`` nor one of the buckets.
-    """
-    raw = os.environ.get(PORT_RECORDS_ENV, "sample").strip()
-    setting = f"{PORT_RECORDS_ENV}={raw}"
-    if raw == "sample":
-        return rid in PORT_SAMPLE, setting
-    if raw == "all":
-        return True, setting
-    if not raw.isdigit() or int(raw) not in d1.BUCKETS:
-        raise ValueError(f"{setting}: expected 'sample', 'all' or one of {list(d1.BUCKETS)}")
-    return bucket <= int(raw), setting
 
 
 @dataclass

@@ -2,7 +2,7 @@
 with five asserts, each turn appended to one live KV cache as the chat template renders it.
 
 Runs on the reference and on every port (the README chat's first turn is ~1,300 tokens: a port runs
-it only under ``--port-max-tokens 0``). Each chat runs once per session (``runs``).
+it only under ``--port-records all``). Each chat runs once per session (``runs``).
 """
 
 from __future__ import annotations

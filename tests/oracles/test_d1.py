@@ -3,7 +3,7 @@
 Each request runs once per engine per session (``runs``): every question as its own row (the row
 path) and, for several questions, one trunk plus a branch per question (the tree path). The tests
 read what those passes computed. Ports (``engine_id`` beyond the reference) run the records
-``ORACLES_D1_PORT_RECORDS`` selects (default ``sample``: three short records; see README).
+``--port-records`` selects (default ``sample``: three short records; see README).
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from oracles.checks.close import log_softmax64
 from oracles.checks.exact import assert_bits_equal, assert_ids_equal, assert_within, diff
 from oracles.families import d1
 from oracles.families.d1_rows import load_arms
-from oracles.families.d1_run import FULL_BUCKETS, RequestRun, port_runs, row_pass, run_request
+from oracles.families.d1_run import FULL_BUCKETS, PORT_SAMPLE, RequestRun, row_pass, run_request
 from oracles.fingerprint import as_f4, fingerprint
+from oracles.port_scope import PortScope
 
 pytestmark = [pytest.mark.d1, pytest.mark.slow]
 
@@ -34,6 +35,8 @@ TREE_QUESTIONS = [k for k in QUESTIONS if META[k[0]]["path"] == "tree"]
 ARMS = {a["id"]: a for a in load_arms()}
 ARM_ROWS = {r["id"]: r for r in ROWS_DOC["arm_rows"]}
 #: The first question of the first request of each small bucket also runs every position (keep=0).
+#: A request's size for --port-records: its longest row (arms run with their base record).
+ROW_TOKENS = {rid: max(r["row_len"] for (r_id, _), r in ROWS.items() if r_id == rid) for rid in META}
 FULL = [next(k for k in QUESTIONS if META[k[0]]["bucket"] == b) for b in FULL_BUCKETS]
 
 #: lm_head re-run tolerance, as in test_forward: same float32 hidden row, same weight, one row each
@@ -56,13 +59,14 @@ def _label(key: tuple[str, str]) -> str:
 
 
 def _gate(engine_id: str, config: pytest.Config, rid: str) -> None:
-    """Ports run the records ORACLES_D1_PORT_RECORDS selects (module docstring)."""
+    """Ports run the records ``--port-records`` selects (oracles/port_scope.py): d1's sample
+    (d1_run.PORT_SAMPLE), all, or those whose longest row is at most N tokens."""
     if engine_id == config.getoption("reference"):
         return
-    runs_here, setting = port_runs(rid, META[rid]["bucket"])
-    if not runs_here:
-        pytest.skip(f"port {engine_id}: {rid} (bucket {META[rid]['bucket']}) is not selected by {setting} "
-                    "(set it to a bucket, e.g. 512, or to 'all' to run more records on ports)")
+    scope = PortScope.parse(config.getoption("port_records"))
+    tokens = ROW_TOKENS[rid]
+    if not scope.selects(tokens, rid in PORT_SAMPLE):
+        pytest.skip(scope.skip_reason(engine_id, rid, tokens))
 
 
 def _run(runs: Callable[..., Any], engine: Any, rid: str, config: pytest.Config) -> RequestRun:

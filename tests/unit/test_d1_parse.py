@@ -144,17 +144,3 @@ def test_committed_requests_parse_and_hash() -> None:
     reqs = d1.load_requests()
     assert len(reqs) == len(top["records"])
     assert all(r.sha256 == canonical_sha256(rec["request"]) for r, rec in zip(reqs, top["records"]))
-
-
-def test_port_record_selection(monkeypatch: pytest.MonkeyPatch) -> None:
-    from oracles.families.d1_run import PORT_RECORDS_ENV, PORT_SAMPLE, port_runs
-
-    monkeypatch.delenv(PORT_RECORDS_ENV, raising=False)
-    assert port_runs(PORT_SAMPLE[0], 64)[0] and not port_runs("town_almanac_4k", 4096)[0]
-    monkeypatch.setenv(PORT_RECORDS_ENV, "512")
-    assert port_runs("x", 512) == (True, f"{PORT_RECORDS_ENV}=512") and not port_runs("x", 1024)[0]
-    monkeypatch.setenv(PORT_RECORDS_ENV, "all")
-    assert port_runs("x", 4096)[0]
-    monkeypatch.setenv(PORT_RECORDS_ENV, "300")
-    with pytest.raises(ValueError, match=f"{PORT_RECORDS_ENV}=300: expected 'sample', 'all' or one of"):
-        port_runs("x", 64)

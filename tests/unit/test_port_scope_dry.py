@@ -1,0 +1,31 @@
+"""--port-records: one scope for which records a port runs, in every family (dry)."""
+
+from __future__ import annotations
+
+import pytest
+
+from oracles.port_scope import PortScope
+
+pytestmark = pytest.mark.dry
+
+
+def test_sample_all_and_a_token_limit() -> None:
+    sample, every, upto = PortScope.parse("sample"), PortScope.parse("all"), PortScope.parse("512")
+    assert sample.selects(4000, in_sample=True) and not sample.selects(10, in_sample=False)
+    assert every.selects(4000, in_sample=False)
+    assert upto.selects(512, in_sample=False) and not upto.selects(513, in_sample=True)
+    reason = upto.skip_reason("mlx", "town_almanac_4k", 2428)
+    assert "'town_almanac_4k'" in reason and "--port-records 512" in reason and "2428" in reason
+
+
+@pytest.mark.parametrize("raw", ["", "0", "-5", "some", "1e3"])
+def test_bad_values_are_refused(raw: str) -> None:
+    with pytest.raises(ValueError, match=f"--port-records {raw!r}: expected 'sample', 'all' or a positive number"):
+        PortScope.parse(raw)
+
+
+def test_the_option_refuses_a_bad_value(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_a():\n    pass\n")
+    result = pytester.runpytest("--port-records", "lots", "--no-receipt")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--port-records 'lots': expected 'sample', 'all' or a positive number of tokens*"])
