@@ -80,6 +80,32 @@ def check_forward_length(engine: Any, cached: int, new: int) -> None:
                          f"{engine.max_context} (max_position_embeddings of {engine.pin})")
 
 
+def check_cohort(engine: Any, tokens: Sequence[int], caches: Sequence[Any]) -> None:
+    """Refuse a decode cohort that cannot run: ``len(tokens) != len(caches)``, no lanes, one cache
+    object given for two lanes (both would append to it), or a lane whose one new token would pass
+    ``engine.max_context`` (:func:`check_forward_length` per lane).
+
+    Raises:
+        ValueError: naming the counts, or the lane and its cached length.
+    """
+    if len(tokens) != len(caches):
+        raise ValueError(f"decode_cohort: {len(tokens)} tokens for {len(caches)} caches "
+                         f"(one token a lane, one cache a lane)")
+    if not tokens:
+        raise ValueError("decode_cohort: empty cohort (B = 0 lanes)")
+    seen: dict[int, int] = {}
+    for b, cache in enumerate(caches):
+        if cache is None:
+            raise ValueError(f"decode_cohort: lane {b} has no cache (None); make one with make_cache/forward")
+        if id(cache) in seen:
+            raise ValueError(f"decode_cohort: lanes {seen[id(cache)]} and {b} share one cache object")
+        seen[id(cache)] = b
+        try:
+            check_forward_length(engine, engine.cache_length(cache), 1)
+        except ValueError as exc:
+            raise ValueError(f"decode_cohort: lane {b}: {exc}") from None
+
+
 @runtime_checkable
 class Engine(Protocol):
     """One framework's adapter. ``id`` is the engine id used in test ids ("torch", "mlx", ...)."""
@@ -125,6 +151,30 @@ class Engine(Protocol):
 
     def snapshot_digest(self, snapshot: Any) -> str:
         """sha256 over every buffer of a snapshot as little-endian float32, with shapes."""
+        ...
+
+    def decode_cohort(self, tokens: Sequence[int], caches: Sequence[Any]) -> Step:
+        """Advance ``B`` lanes by one token each in one batched forward of the framework.
+
+        Lane ``b`` is ``tokens[b]`` appended after what ``caches[b]`` holds; the caches are live KV
+        caches of this engine (from :meth:`make_cache` / :meth:`forward` / :meth:`restore`) and may
+        hold different lengths. Each lane is placed at its own positions (left padding, an attention
+        mask and per-lane positions, or the framework's batch cache), so the result is, up to the
+        float32 reordering of a ``B``-row matmul, what ``forward([tokens[b]], caches[b], keep=1)``
+        would give lane by lane.
+
+        Returns:
+            Step with logits ``[B, V]`` and hidden ``[B, D]`` float32; row ``b`` is lane ``b``'s
+            next-token logits and the final-norm hidden state they were read from.
+
+        Side effects: each ``caches[b]`` gains lane ``b``'s token (its :meth:`cache_length` grows by
+        one) and stays usable by :meth:`forward` and :meth:`decode_cohort`; snapshots are untouched.
+
+        Raises:
+            ValueError: ``len(tokens) != len(caches)``, ``B == 0``, one cache object given for two
+                lanes, or a lane whose cached length + 1 passes :attr:`max_context`
+                (:func:`check_cohort`).
+        """
         ...
 
     def generate(self, ids: Sequence[int], sampler: Sampler, max_new_tokens: int) -> Generation:
