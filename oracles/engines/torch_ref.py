@@ -16,7 +16,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from oracles.engines.base import Generation, Sampler, Step, check_forward_length
+from oracles.engines.base import Generation, Sampler, Step, check_cohort, check_forward_length
 
 
 class TorchReference:
@@ -88,6 +88,52 @@ class TorchReference:
             hidden = hidden[-keep:]
         self._captured.clear()
         return Step(logits=out.logits[0].float().numpy().copy(), hidden=hidden.float().numpy().copy())
+
+    @torch.inference_mode()
+    def decode_cohort(self, tokens: Sequence[int], caches: Sequence[Any]) -> Step:
+        """One token for each of ``B`` lanes in one batched transformers forward (contract:
+        :meth:`oracles.engines.base.Engine.decode_cohort`).
+
+        transformers' own batching: each lane's ``DynamicCache`` keys/values ``[1, H, L_b, d]`` are
+        left-padded with zeros to ``L = max L_b`` and stacked into one batch ``DynamicCache``
+        ``[B, H, L, d]``; the 2-D attention mask ``[B, L + 1]`` is 0 on the padding, and the position
+        id of lane ``b``'s token is ``L_b`` (its own next position: the cached keys already carry their
+        rotary phases). After the forward, the new key/value row of each layer (the batch cache's last
+        column) is appended to lane ``b``'s own cache with ``DynamicCache.update``, so each lane cache
+        is what a serial one-token forward leaves, and the batch cache is dropped.
+        """
+        from transformers import DynamicCache
+
+        check_cohort(self, tokens, caches)
+        lengths = [self.cache_length(c) for c in caches]
+        width = max(lengths)
+        batch = DynamicCache(config=self.model.config)
+        for layer in range(len(caches[0].layers)):
+            if width == 0:
+                break  # every lane empty: the batch cache starts empty too
+            held = [(c.layers[layer].keys, c.layers[layer].values) for c in caches]
+            like_k, like_v = next((k, v) for (k, v), n in zip(held, lengths) if n)
+            keys, values = [], []
+            for (k, v), n in zip(held, lengths):
+                if not n:  # an empty lane (make_cache): its layer has no tensors yet
+                    k, v = like_k[:, :, :0], like_v[:, :, :0]
+                pad = (0, 0, width - n, 0)  # left-pad the sequence axis (dim -2)
+                keys.append(torch.nn.functional.pad(k, pad))
+                values.append(torch.nn.functional.pad(v, pad))
+            batch.update(torch.cat(keys), torch.cat(values), layer)
+        mask = torch.zeros((len(caches), width + 1), dtype=torch.long)
+        for b, n in enumerate(lengths):
+            mask[b, width - n:] = 1
+        positions = torch.tensor([[n] for n in lengths], dtype=torch.long)
+        x = torch.tensor([[int(t)] for t in tokens], dtype=torch.long)
+        self._captured.clear()
+        out = self.model(input_ids=x, attention_mask=mask, position_ids=positions, cache=batch, use_cache=True)
+        hidden = self._captured[-1][:, -1]
+        self._captured.clear()
+        for layer, entry in enumerate(batch.layers):
+            for b, c in enumerate(caches):
+                c.update(entry.keys[b:b + 1, :, -1:].clone(), entry.values[b:b + 1, :, -1:].clone(), layer)
+        return Step(logits=out.logits[:, -1].float().numpy().copy(), hidden=hidden.float().numpy().copy())
 
     @torch.inference_mode()
     def lm_head(self, hidden: np.ndarray) -> np.ndarray:
