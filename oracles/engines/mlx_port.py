@@ -26,7 +26,7 @@ from typing import Any, Sequence
 import mlx.core as mx
 import numpy as np
 
-from oracles.engines.base import Generation, Sampler, Step, check_forward_length
+from oracles.engines.base import Generation, Sampler, Step, check_cohort, check_forward_length
 
 
 def rope_overrides(config: dict[str, Any]) -> dict[str, Any]:
@@ -118,6 +118,40 @@ class MlxPort:
         if self.tied:
             return self.model.model.embed_tokens.as_linear(hidden)
         return self.model.lm_head(hidden)
+
+    def decode_cohort(self, tokens: Sequence[int], caches: Sequence[Any]) -> Step:
+        """One token for each of ``B`` lanes in one batched mlx-lm forward (contract:
+        :meth:`oracles.engines.base.Engine.decode_cohort`).
+
+        mlx-lm's own batching, as its ``batch_generate`` does it: per layer, ``KVCache.merge`` of the
+        lanes' caches gives a ``BatchKVCache`` (keys left-padded to the longest lane, per-lane offsets
+        that the rotary embedding and ``BatchKVCache.make_mask`` read); the model runs the ``[B, 1]``
+        tokens through it; ``BatchKVCache.extract(b)`` then gives lane ``b``'s keys/values without the
+        padding, which replace the contents of lane ``b``'s own ``KVCache`` objects (keys, values,
+        offset), so each lane's cache object stays live for :meth:`forward`.
+
+        Raises:
+            ValueError: see :func:`oracles.engines.base.check_cohort`.
+            TypeError: a lane's layer is not a plain ``KVCache`` (a rotating window is not supported).
+        """
+        from mlx_lm.models.cache import KVCache
+
+        check_cohort(self, tokens, caches)
+        for b, lane in enumerate(caches):
+            odd = {type(c).__name__ for c in lane if type(c) is not KVCache}
+            if odd:
+                raise TypeError(f"decode_cohort: lane {b} has {sorted(odd)} layers; only KVCache is supported")
+        batch = [KVCache.merge([lane[layer] for lane in caches]) for layer in range(len(caches[0]))]
+        x = mx.array([[int(t)] for t in tokens], dtype=mx.int32)
+        hidden = self.model.model(x, batch)[:, -1]
+        logits = self._head(hidden)
+        mx.eval(hidden, logits)
+        for layer, merged in enumerate(batch):
+            for b, lane in enumerate(caches):
+                part = merged.extract(b)
+                mx.eval(part.keys, part.values)
+                lane[layer].keys, lane[layer].values, lane[layer].offset = part.keys, part.values, part.offset
+        return Step(logits=np.array(logits, dtype=np.float32), hidden=np.array(hidden, dtype=np.float32))
 
     def lm_head(self, hidden: np.ndarray) -> np.ndarray:
         out = self._head(mx.array(np.ascontiguousarray(hidden, dtype=np.float32)))
