@@ -32,10 +32,14 @@ CHATS = ex.CHATS
 
 #: Records whose greedy turn 1 is known not to stop: SmolLM2-135M-Instruct, greedy, summarising the
 #: README falls into one repeating sentence (measured on the reference: no stop token in 320 tokens,
-#: "... and it is used to create a list of the outputs of a single test, and it is used ..."). The
-#: turn runs to its cap of 160 (finish_reason "length"); the cache checks of the chat still hold.
+#: "... and it is used to create a list of the outputs of a single test, and it is used ..."). Sampling
+#: as the seed's chat does (temperature 0.6, top-p 0.95, top-k 20, seed 0) loops too: measured on the
+#: reference, no stop token in 400 tokens ("The plugin is used to generate a list of tests that can be
+#: passed to the `pytest` command." repeated). The turn runs to its cap of 160 (finish_reason
+#: "length"); the cache checks of the chat still hold.
 NO_STOP = {"readme-story-prime": "greedy SmolLM2-135M repeats one sentence summarising the README: "
-                                 "turn 1 measured without a stop token in 320 tokens (finish_reason 'length')"}
+                                 "turn 1 measured without a stop token in 320 tokens (finish_reason 'length'); sampled "
+                                 "(0.6 / 0.95 / 20, seed 0) no stop in 400 tokens either"}
 
 
 @pytest.fixture(params=CHATS, ids=[c.id for c in CHATS])
