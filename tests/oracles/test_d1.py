@@ -120,8 +120,9 @@ def test_readout(runs: Callable[..., Any], engine: Any, key: tuple[str, str], py
     run = _run(runs, engine, key[0], pytestconfig).rows[key[1]]
     groups = ROWS[key]["readout_ids"]
     again = readout.group_probabilities(run.logz, groups)
-    receipt.update(_facts(key, run.probs), engine=engine.id, seconds=round(run.seconds, 4),
-                   logz_groups=[[float(run.logz[i]) for i in g] for g in groups])
+    receipt.update(_facts(key, run.probs), kind="d1-row", unit=key[1], engine=engine.id, ids=list(run.ids),
+                   seconds=round(run.seconds, 4), logz_groups=[[float(run.logz[i]) for i in g] for g in groups])
+    receipt.array("slot_logits", run.logits)  # [1, V] float32: `oracles compare` holds a port's against the reference's
     assert len(run.probs) == len(groups), f"{_label(key)}: {len(run.probs)} probabilities for {len(groups)} groups"
     readout.assert_probs_equal(again, run.probs, f"{_label(key)}: readout(logz) vs the row's probabilities")
     assert abs(sum(run.probs) - 1.0) < 1e-12, f"{_label(key)}: probabilities sum to {sum(run.probs)!r}"
@@ -200,7 +201,12 @@ def test_tree_readout(runs: Callable[..., Any], engine: Any, key: tuple[str, str
     k = META[key[0]]["questions"].index(key[1])
     assert_bits_equal(tree.logz[k], readout.log_softmax(tree.logits[k][0]), f"{_label(key)}: tree logz vs log_softmax(logits)")
     again = readout.group_probabilities(tree.logz[k], ROWS[key]["readout_ids"])
-    receipt.update(probs_tree=tree.probs[k], seconds_branch=round(tree.branch_seconds[k], 4))
+    keys = ROWS[key]["keys"]
+    receipt.update(kind="d1-tree", unit=key[1], engine=engine.id, request_sha256=META[key[0]]["sha256"],
+                   ids=tree.trunk + tree.branches[k], keys=keys, probs=tree.probs[k],
+                   argmax_key=keys[readout.argmax(tree.probs[k])], probs_tree=tree.probs[k],
+                   seconds_branch=round(tree.branch_seconds[k], 4))
+    receipt.array("slot_logits", tree.logits[k])  # [1, V] float32 at the branch's answer slot, for `oracles compare`
     readout.assert_probs_equal(again, tree.probs[k], f"{_label(key)}: readout(tree logz) vs the tree's probabilities")
 
 
