@@ -28,6 +28,23 @@ MAX_KL = 1.25e-5
 NEAR_TIE = 2 * MAX_ABS_LOGIT
 
 
+#: max |Δp| over one question's read-out probabilities (d1). With p = softmax(s) over the group
+#: scores s_g = logsumexp(x[G_g]) - logsumexp(x) (:mod:`oracles.checks.readout`), a logit error of at
+#: most e moves each logsumexp by at most e, so every s_g - s_h by at most 2e; to first order
+#: dp_g = p_g * sum_h p_h (ds_g - ds_h), so |dp_g| <= p_g (1 - p_g) 2e <= e / 2. A port within
+#: MAX_ABS_LOGIT therefore moves no probability by more than MAX_ABS_LOGIT / 2 = 2.5e-3; this bound is
+#: the threshold, so Δp and Δlogit hold a port to the same float32 standard.
+MAX_ABS_DP = MAX_ABS_LOGIT / 2
+#: The argmax *key* of a question (the answer) may differ only where the reference's top-2 gap of the
+#: read-out probabilities is at most this: two options each moved by at most MAX_ABS_DP, in opposite
+#: directions, close a gap of at most 2 * MAX_ABS_DP = 5e-3, so a larger gap flips only when the
+#: port is outside the Δp threshold too (the key failure then names the answer that changed).
+#: Measured MLX (CPU) vs torch on the d1 port sample (4 rows + 2 tree branches, receipt tag d1cmp):
+#: max |Δp| 7.5e-6 (max |Δlogit| 8.0e-5), so the margin is ~670x the measured noise; a gap at most the
+#: margin is a near tie that float32 reordering may flip, and is recorded, not failed.
+KEY_MARGIN = 2 * MAX_ABS_DP
+
+
 def first_divergence(ref: Sequence[int], port: Sequence[int]) -> int | None:
     """First position where two token lists differ (a shorter list differs at its end), None if equal."""
     n = min(len(ref), len(port))
@@ -93,6 +110,43 @@ def threshold_failures(fig: dict[str, Any]) -> list[str]:
     return out
 
 
+def readout_figures(keys: Sequence[str], ref_probs: Sequence[float], port_probs: Sequence[float]) -> dict[str, Any]:
+    """Figures of one question's read-out probabilities, reference vs port, JSON-safe.
+
+    ``keys`` name the options (one per probability, the same order on both sides). Keys:
+    max_abs_dp, max_abs_dp_key (the option where it is reached), ref_key / port_key (argmax of each
+    side, lowest index on a tie as :func:`oracles.checks.readout.argmax`), key_equal, ref_top2_gap
+    (largest minus second-largest reference probability; the whole probability for one option).
+
+    Raises:
+        ValueError: the three lengths differ, are zero, or a probability is not finite.
+    """
+    r = np.asarray(ref_probs, dtype=np.float64)
+    p = np.asarray(port_probs, dtype=np.float64)
+    if not (len(keys) == r.size == p.size) or r.size == 0 or r.ndim != 1 or p.ndim != 1:
+        raise ValueError(f"read-out lengths differ or are empty: {len(keys)} keys, reference {r.size} and "
+                         f"port {p.size} probabilities")
+    if not (np.isfinite(r).all() and np.isfinite(p).all()):
+        raise ValueError("a read-out probability is not finite")
+    d = np.abs(r - p)
+    ordered = np.sort(r)[::-1]
+    ri, pi = int(np.argmax(r)), int(np.argmax(p))
+    return {"max_abs_dp": float(d.max()), "max_abs_dp_key": str(keys[int(d.argmax())]),
+            "ref_key": str(keys[ri]), "port_key": str(keys[pi]), "key_equal": ri == pi,
+            "ref_top2_gap": float(ordered[0] - (ordered[1] if r.size > 1 else 0.0))}
+
+
+def readout_failures(fig: dict[str, Any]) -> list[str]:
+    """The read-out thresholds ``fig`` (from :func:`readout_figures`) passes, one line each; [] when within."""
+    out = []
+    if fig["max_abs_dp"] > MAX_ABS_DP:
+        out.append(f"max |Δp| {fig['max_abs_dp']:.3e} > {MAX_ABS_DP:g} at option {fig['max_abs_dp_key']!r}")
+    if not fig["key_equal"] and fig["ref_top2_gap"] > KEY_MARGIN:
+        out.append(f"answer differs: reference {fig['ref_key']!r} vs port {fig['port_key']!r} with a reference "
+                   f"top-2 gap {fig['ref_top2_gap']:.3e} > {KEY_MARGIN:g} (not a near tie)")
+    return out
+
+
 def held_figures(what: str, ref_logits: Any, port_logits: Any) -> dict[str, Any]:
     """:func:`port_figures`, a bad input (shape, NaN) raised as AssertionError prefixed with ``what``
     (the record), so a test fails naming the record and the position."""
@@ -112,4 +166,5 @@ def assert_within_thresholds(what: str, fig: dict[str, Any]) -> None:
 
 
 __all__ = ["held_figures", "assert_within_thresholds", "MAX_ABS_LOGIT", "MAX_NMSE", "MAX_KL", "NEAR_TIE", "first_divergence", "port_figures",
-           "threshold_failures", "top2_gap", "log_softmax64"]
+           "threshold_failures", "top2_gap", "log_softmax64", "MAX_ABS_DP", "KEY_MARGIN", "readout_figures",
+           "readout_failures"]

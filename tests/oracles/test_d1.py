@@ -202,8 +202,8 @@ def test_tree_readout(runs: Callable[..., Any], engine: Any, key: tuple[str, str
     assert_bits_equal(tree.logz[k], readout.log_softmax(tree.logits[k][0]), f"{_label(key)}: tree logz vs log_softmax(logits)")
     again = readout.group_probabilities(tree.logz[k], ROWS[key]["readout_ids"])
     keys = ROWS[key]["keys"]
-    receipt.update(kind="d1-tree", unit=key[1], engine=engine.id, request_sha256=META[key[0]]["sha256"],
-                   ids=tree.trunk + tree.branches[k], keys=keys, probs=tree.probs[k],
+    receipt.update(kind="d1-tree", unit=key[1], record=key[0], qid=key[1], engine=engine.id,
+                   request_sha256=META[key[0]]["sha256"], ids=tree.trunk + tree.branches[k], keys=keys, probs=tree.probs[k],
                    argmax_key=keys[readout.argmax(tree.probs[k])], probs_tree=tree.probs[k],
                    seconds_branch=round(tree.branch_seconds[k], 4))
     receipt.array("slot_logits", tree.logits[k])  # [1, V] float32 at the branch's answer slot, for `oracles compare`

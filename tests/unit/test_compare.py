@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from oracles.checks.port import MAX_ABS_LOGIT
+from oracles.checks.port import KEY_MARGIN, MAX_ABS_DP, MAX_ABS_LOGIT
+from oracles.checks.readout import group_probabilities, log_softmax
 from oracles.cli import main
 
 pytestmark = [pytest.mark.dry]
@@ -40,7 +41,7 @@ def test_compare_within_thresholds(tmp_path: Path, capsys: pytest.CaptureFixture
     out = tmp_path / "cmp.json"
     assert main(["compare", str(ref), str(port), "--out", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "1 matched" in text and "decode" in text and "max|Δlogit|" in text
+    assert "1 units matched" in text and "decode" in text and "max|Δlogit|" in text
     result = json.loads(out.read_text())
     row = result["rows"][0]
     assert result["all_ok"] and row["ids_equal"] and row["first_divergent_token"] is None
@@ -88,7 +89,8 @@ def test_compare_unmatched_request(tmp_path: Path, capsys: pytest.CaptureFixture
     ref = _receipt(tmp_path / "a", "ref", "torch", _logits(), [5, 2])
     port = _receipt(tmp_path / "b", "port", "mlx", _logits(), [5, 2], sha="b" * 64)
     assert main(["compare", str(ref), str(port), "--out", str(tmp_path / "c.json")]) == 1  # nothing matched: not ok
-    assert "0 matched, 1 reference records without a port record" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "0 units matched, 1 only in the reference, 1 only in the port" in text and "no unit matched" in text
 
 
 def test_compare_not_a_receipt(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -96,3 +98,174 @@ def test_compare_not_a_receipt(tmp_path: Path, capsys: pytest.CaptureFixture[str
     bad.write_text("{}")
     assert main(["compare", str(bad), str(bad), "--out", str(tmp_path / "c.json")]) == 2
     assert "field 'tests' is missing" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------
+# d1 read-out units: (kind, request_sha256, unit = question id), slot logits [1, V] in the npz
+
+KEYS = ["true", "false"]
+GROUPS = [[3, 7], [4]]
+SHA = "c" * 64
+
+
+def _probs(logits: np.ndarray) -> list[float]:
+    return group_probabilities(log_softmax(logits[0]), GROUPS)
+
+
+def _slot(seed: int = 1, gap: float = 2.0) -> np.ndarray:
+    """[1, V] logits whose answer tokens 3 ("true") and 4 ("false") lead by ``gap`` ("true" wins)."""
+    x = np.random.default_rng(seed).normal(0, 1, (1, V)).astype("<f4")
+    x[0, 3], x[0, 4] = 10 + gap, 10
+    return x
+
+
+def _d1_receipt(folder: Path, name: str, units: list[tuple[str, str, np.ndarray]], sha: str = SHA,
+                kind: str = "d1-row", prefix: str = "tests/oracles") -> Path:
+    """A receipt holding one read-out record per (engine, question id, slot logits)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    arrays, tests = {}, []
+    for n, (engine, qid, logits) in enumerate(units):
+        probs = _probs(logits)
+        arrays[f"k{n}"] = logits.astype("<f4")
+        data = {"kind": kind, "engine": engine, "request_sha256": sha, "unit": qid, "record": "fact_water", "qid": qid,
+                "ids": [1, 2, 3, 5], "keys": KEYS, "probs": probs, "argmax_key": KEYS[int(np.argmax(probs))],
+                "arrays": {"slot_logits": {"npz_key": f"k{n}", "shape": [1, V], "dtype": "<f4"}}}
+        tests.append({"nodeid": f"{prefix}/test_d1.py::test_readout[fact_water/{qid}-{engine}]", "outcome": "passed",
+                      "data": data})
+    np.savez(folder / f"{name}.npz", **arrays)
+    path = folder / f"{name}.json"
+    path.write_text(json.dumps({"invocation": {"reference": "torch"}, "arrays": f"{name}.npz", "tests": tests}))
+    return path
+
+
+def test_compare_d1_units_within_thresholds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One receipt with both engines compares with itself; another machine's receipt (other nodeid
+    paths, other folder) matches the same units."""
+    a, b = _slot(1), _slot(2, gap=-3.0)
+    units = [("torch", "q1", a), ("torch", "q2", b), ("mlx", "q1", a + np.float32(1e-4)), ("mlx", "q2", b - np.float32(2e-4))]
+    both = _d1_receipt(tmp_path / "a", "both", units)
+    out = tmp_path / "cmp.json"
+    assert main(["compare", str(both), str(both), "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "2 units matched, 0 only in the reference, 0 only in the port" in text
+    assert "fact_water/q1" in text and "fact_water/q2" in text and "max|Δp|" in text and "= false" in text
+    result = json.loads(out.read_text())
+    assert result["all_ok"] and [r["unit"] for r in result["rows"]] == ["q1", "q2"]
+    row = result["rows"][1]
+    assert row["kind"] == "d1-row" and row["ids_equal"] and row["key_equal"] and row["argmax_agreement"] == 1.0
+    assert row["max_abs"] == pytest.approx(2e-4, rel=0.05) and 0 < row["max_abs_dp"] < row["max_abs"]
+    assert result["figures"]["answers_equal"] == "2/2"
+    other = _d1_receipt(tmp_path / "elsewhere", "port", units[2:], prefix="/home/someone/checkout/tests")
+    assert main(["compare", str(both), str(other), "--out", str(tmp_path / "cmp2.json")]) == 0
+
+
+def test_compare_d1_perturbed_row_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A port whose slot logits of one question move by 10x the threshold fails, naming that question."""
+    a, b = _slot(1), _slot(2)
+    bad = b.copy()
+    bad[0, 4] += np.float32(10 * MAX_ABS_LOGIT)
+    both = _d1_receipt(tmp_path, "r", [("torch", "q1", a), ("torch", "q2", b), ("mlx", "q1", a), ("mlx", "q2", bad)])
+    out = tmp_path / "cmp.json"
+    assert main(["compare", str(both), str(both), "--out", str(out)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    failing = [line for line in lines if "FAIL" in line]
+    assert len(failing) == 1 and "fact_water/q2" in failing[0] and "max |Δlogit|" in failing[0] and "token) [0, 4]" in failing[0]
+    rows = {r["unit"]: r for r in json.loads(out.read_text())["rows"]}
+    assert rows["q1"]["ok"] and not rows["q2"]["ok"] and rows["q2"]["max_abs"] == pytest.approx(10 * MAX_ABS_LOGIT, rel=1e-3)
+
+
+def test_compare_d1_answer_flip(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A flipped answer fails when the reference's top-2 gap exceeds KEY_MARGIN; a near tie within the
+    logit thresholds may flip (recorded, not a failure)."""
+    clear = _slot(1, gap=0.5)
+    flipped = clear.copy()
+    flipped[0, 4] += np.float32(1.0)
+    tie = _slot(2, gap=0.0)
+    tie[0, 3] += np.float32(1e-4)  # reference: "true" by a gap of ~2.5e-5 in p
+    tie_port = tie.copy()
+    tie_port[0, 3] -= np.float32(2e-4)  # port: "false", 2e-4 away in logits
+    assert readout_top2(_probs(tie)) < KEY_MARGIN < readout_top2(_probs(clear))
+    both = _d1_receipt(tmp_path, "r", [("torch", "clear", clear), ("torch", "tie", tie), ("mlx", "clear", flipped),
+                                       ("mlx", "tie", tie_port)])
+    out = tmp_path / "cmp.json"
+    assert main(["compare", str(both), str(both), "--out", str(out)]) == 1
+    text = capsys.readouterr().out
+    assert "answer differs: reference 'true' vs port 'false'" in text and "≠ true->false" in text
+    rows = {r["unit"]: r for r in json.loads(out.read_text())["rows"]}
+    assert not rows["clear"]["ok"] and not rows["clear"]["key_equal"]
+    assert rows["tie"]["ok"] and not rows["tie"]["key_equal"] and rows["tie"]["max_abs_dp"] <= MAX_ABS_DP
+
+
+def readout_top2(probs: list[float]) -> float:
+    ordered = sorted(probs, reverse=True)
+    return ordered[0] - ordered[1]
+
+
+def test_compare_d1_unmatched_listed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A port that ran a sample: the reference's other questions and the tree units are listed, not failed."""
+    a, b = _slot(1), _slot(2)
+    ref = _d1_receipt(tmp_path / "r", "ref", [("torch", "q1", a), ("torch", "q2", b)])
+    port = _d1_receipt(tmp_path / "p", "port", [("mlx", "q1", a), ("mlx", "q9", b)])
+    out = tmp_path / "cmp.json"
+    assert main(["compare", str(ref), str(port), "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "1 units matched, 1 only in the reference, 1 only in the port" in text
+    assert "only in the reference, d1-row (1): fact_water/q2" in text and "only in the port, d1-row (1): fact_water/q9" in text
+    assert json.loads(out.read_text())["unmatched"]["ref_only"] == [["d1-row", SHA, "q2", "fact_water/q2"]]
+
+
+def test_compare_d1_zero_matches_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Same question ids on other requests (or the tree path vs the row path) match nothing: exit 1, said so."""
+    a = _slot(1)
+    ref = _d1_receipt(tmp_path / "r", "ref", [("torch", "q1", a)])
+    port = _d1_receipt(tmp_path / "p", "port", [("mlx", "q1", a)], sha="d" * 64)
+    tree = _d1_receipt(tmp_path / "t", "tree", [("mlx", "q1", a)], kind="d1-tree")
+    for other, name in ((port, "c1.json"), (tree, "c2.json")):
+        assert main(["compare", str(ref), str(other), "--out", str(tmp_path / name)]) == 1
+        assert "no unit matched" in capsys.readouterr().out
+
+
+def _drop_array(doc: dict) -> None:
+    del doc["tests"][1]["data"]["arrays"]
+
+
+def _bad_probs(doc: dict) -> None:
+    doc["tests"][1]["data"]["probs"] = ["0.5", 0.5]
+
+
+def _wrong_key(doc: dict) -> None:
+    doc["tests"][1]["data"]["argmax_key"] = "maybe"
+
+
+def _no_unit(doc: dict) -> None:
+    del doc["tests"][1]["data"]["unit"]
+
+
+def _npz_key(doc: dict) -> None:
+    doc["tests"][1]["data"]["arrays"]["slot_logits"]["npz_key"] = "nowhere"
+
+
+@pytest.mark.parametrize(("spoil", "field"), [(_drop_array, "'arrays.slot_logits' is missing"), (_bad_probs, "'probs'"),
+                                              (_wrong_key, "'argmax_key' is 'maybe'"), (_no_unit, "'unit'"),
+                                              (_npz_key, "'arrays.slot_logits' names npz key 'nowhere'")],
+                         ids=["no-array", "probs", "argmax-key", "no-unit", "npz-key"])
+def test_compare_d1_malformed_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str], spoil, field: str) -> None:
+    """A malformed read-out unit is bad input: exit 2, one line naming the file, the record and the field."""
+    a = _slot(1)
+    path = _d1_receipt(tmp_path, "r", [("torch", "q1", a), ("mlx", "q1", a)])
+    doc = json.loads(path.read_text())
+    spoil(doc)
+    path.write_text(json.dumps(doc))
+    assert main(["compare", str(path), str(path), "--out", str(tmp_path / "c.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(path) in err and "test_readout[fact_water/q1-mlx]" in err and field in err
+    assert not (tmp_path / "c.json").exists()
+
+
+def test_compare_missing_npz_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a = _slot(1)
+    path = _d1_receipt(tmp_path, "r", [("torch", "q1", a), ("mlx", "q1", a)])
+    (tmp_path / "r.npz").unlink()
+    assert main(["compare", str(path), str(path), "--out", str(tmp_path / "c.json")]) == 2
+    err = capsys.readouterr().err
+    assert str(path) in err and "npz sidecar" in err and "r.npz" in err
