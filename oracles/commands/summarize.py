@@ -17,7 +17,7 @@ import math
 from pathlib import Path
 from typing import Any, Iterable
 
-from oracles.errors import FixtureError
+from oracles.errors import FixtureError, ReceiptError
 from oracles.receipts import dump_json, load_json, write_exclusive
 
 NEAR_TIE = 0.02  # oracles.families.d1.NEAR_TIE (not imported: this command stays light)
@@ -174,6 +174,10 @@ def run(args: argparse.Namespace) -> int:
     json_path, png_path = folder / f"{stem}.d1-summary.json", folder / f"{stem}.d1-summary.png"
     summary["receipt"] = str(args.receipt)
     png = plot(summary)
+    taken = [p for p in (json_path, png_path) if p.exists()]
+    if taken:  # refuse before writing either file, so a summary is never left half-written
+        raise ReceiptError(f"{taken[0]}: already exists; a summary is never overwritten")
+    folder.mkdir(parents=True, exist_ok=True)
     write_exclusive(json_path, dump_json(summary))
     write_exclusive(png_path, png)
     for line in table(summary):

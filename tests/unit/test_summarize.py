@@ -89,3 +89,17 @@ def test_receipt_without_d1_records_is_a_clear_error(tmp_path: Path, capsys: pyt
     assert main(["summarize", str(path)]) == 2
     err = capsys.readouterr().err
     assert "r.json: no d1 test_readout records" in err and err.count("\n") == 1
+
+
+def test_out_folder_is_created_and_a_taken_png_leaves_no_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "20260101T000000Z-r.json"
+    path.write_text(json.dumps(_receipt()))
+    out = tmp_path / "new" / "summaries"
+    assert main(["summarize", str(path), "--out", str(out)]) == 0
+    assert (out / "20260101T000000Z-r.d1-summary.png").is_file()
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "20260101T000000Z-r.d1-summary.png").write_bytes(b"taken")
+    assert main(["summarize", str(path), "--out", str(other)]) == 2
+    assert "d1-summary.png: already exists" in capsys.readouterr().err
+    assert not (other / "20260101T000000Z-r.d1-summary.json").exists()  # nothing half-written
