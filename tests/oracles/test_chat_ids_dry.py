@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.dry, pytest.mark.mtplx]
 PROMPTS = load_prompts()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # session: grouped per record, modules interleave on a worker
 def tokenizer() -> LightTokenizer:
     return LightTokenizer(FIXTURES / "tokenizers" / PROMPTS[0].pin)
 

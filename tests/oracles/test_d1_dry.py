@@ -36,8 +36,8 @@ def _label(key: tuple[str, str]) -> str:
     return f"{key[0]}/{key[1]}"
 
 
-@pytest.fixture(scope="module")
-def now() -> dict[str, Any]:
+@pytest.fixture(scope="session")  # per record, test_d1 and this module's tests interleave on a worker:
+def now() -> dict[str, Any]:       # module scope rebuilt it (~2 s) at every switch (98 s in make test)
     """rows.json as the tokenizer alone gives it today (keyed like the committed one)."""
     doc = current_rows()
     return {"doc": doc, "meta": {r["id"]: r for r in doc["requests"]},
