@@ -72,7 +72,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue
         for value in params.values():
             size = len(value.ids) if hasattr(value, "ids") else getattr(value, "budget_tokens", None)
-            if size is not None and not scope.selects(size, size <= EXECUTION_SAMPLE_TOKENS):
+            if size is not None and not scope.selects(size, EXECUTION_SAMPLE_TOKENS):
                 item.add_marker(pytest.mark.skip(reason=scope.skip_reason(engine, getattr(value, "id", str(value)), size)))
 
 

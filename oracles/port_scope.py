@@ -5,9 +5,9 @@ netlib reference BLAS (measured 3.1 GFLOPS on a 1024x1024 float32 matmul, agains
 mlx-lm prefills SmolLM2-135M at ~5 tokens/s here. ``--port-records`` says which records a port runs:
 
 ``sample`` (the default, what ``make test`` runs)
-    each family's budget sample: the execution families' records of at most
-    :data:`EXECUTION_SAMPLE_TOKENS` prompt tokens, and d1's named sample
-    (:data:`oracles.families.d1_run.PORT_SAMPLE`);
+    the records within each family's sample size: execution prompts of at most
+    :data:`EXECUTION_SAMPLE_TOKENS` tokens, d1 requests whose longest row is at most
+    :data:`oracles.families.d1_run.D1_SAMPLE_TOKENS` tokens;
 ``all``
     every record;
 ``N`` (a positive int)
@@ -47,13 +47,12 @@ class PortScope:
             return cls("max", int(value))
         raise ValueError(f"--port-records {raw!r}: expected 'sample', 'all' or a positive number of tokens")
 
-    def selects(self, tokens: int, in_sample: bool) -> bool:
-        """Whether a port runs a record of ``tokens`` prompt tokens that is (or not) in its family's sample."""
+    def selects(self, tokens: int, sample_tokens: int) -> bool:
+        """Whether a port runs a record of ``tokens`` prompt tokens in a family whose sample holds the
+        records of at most ``sample_tokens``."""
         if self.kind == "all":
             return True
-        if self.kind == "max":
-            return tokens <= self.max_tokens
-        return in_sample
+        return tokens <= (self.max_tokens if self.kind == "max" else sample_tokens)
 
     def skip_reason(self, engine: str, record: str, tokens: int) -> str:
         """The skip message of a record this scope leaves out, naming the setting and how to widen it."""

@@ -17,11 +17,13 @@ import numpy as np
 from oracles.checks.readout import group_probabilities, log_softmax
 from oracles.families import d1
 
-#: d1's port sample under ``--port-records sample`` (:mod:`oracles.port_scope`): the MLX port here
-#: prefills ~5 tokens/s (80 tokens: 16 s; 400 tokens: 82 s), so the 512-bucket set (~17k tokens) would
-#: take about an hour and ``make test`` runs these ~700 tokens: a two-question tree (also the
-#: determinism and full-hidden-states record) and the bases of three adopted red arms (one word flip each of a noul and a choice question, a state swap).
-PORT_SAMPLE = ("fact_water", "ent_cats", "sent_film")
+#: d1's port sample under ``--port-records sample`` (:mod:`oracles.port_scope`): the requests whose
+#: longest row is at most 80 tokens: 13 of them (arithmetic, entailment, facts, a score, sentiment,
+#: a two-question tree, the three rejected-question records and the bases of the three adopted red
+#: arms), ~1,700 tokens with their tree, arms and full row. The MLX port prefills ~5 tokens/s here
+#: (80 tokens: 16 s; 400 tokens: 82 s), so this costs ~5 min of one worker's time in ``make test``;
+#: the 512 set (~17k tokens) would take about an hour.
+D1_SAMPLE_TOKENS = 80
 #: Rows whose every position is also run (``keep=0``) to check hidden states ``[L, D]``: the first
 #: question of the first request of each of these buckets (a full ``[L, V]`` logits array of a
 #: 512-token row is 100 MB; longer rows keep the answer slot only).

@@ -3,7 +3,7 @@
 Each request runs once per engine per session (``runs``): every question as its own row (the row
 path) and, for several questions, one trunk plus a branch per question (the tree path). The tests
 read what those passes computed. Ports (``engine_id`` beyond the reference) run the records
-``--port-records`` selects (default ``sample``: three short records; see README).
+``--port-records`` selects (default ``sample``: the rows of at most 80 tokens; see README).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from oracles.checks.close import log_softmax64
 from oracles.checks.exact import assert_bits_equal, assert_ids_equal, assert_within, diff
 from oracles.families import d1
 from oracles.families.d1_rows import load_arms
-from oracles.families.d1_run import FULL_BUCKETS, PORT_SAMPLE, RequestRun, row_pass, run_request
+from oracles.families.d1_run import D1_SAMPLE_TOKENS, FULL_BUCKETS, RequestRun, row_pass, run_request
 from oracles.fingerprint import as_f4, fingerprint
 from oracles.port_scope import PortScope
 
@@ -59,13 +59,13 @@ def _label(key: tuple[str, str]) -> str:
 
 
 def _gate(engine_id: str, config: pytest.Config, rid: str) -> None:
-    """Ports run the records ``--port-records`` selects (oracles/port_scope.py): d1's sample
-    (d1_run.PORT_SAMPLE), all, or those whose longest row is at most N tokens."""
+    """Ports run the records ``--port-records`` selects (oracles/port_scope.py): by default those whose
+    longest row is at most d1_run.D1_SAMPLE_TOKENS, else all, or at most N tokens."""
     if engine_id == config.getoption("reference"):
         return
     scope = PortScope.parse(config.getoption("port_records"))
     tokens = ROW_TOKENS[rid]
-    if not scope.selects(tokens, rid in PORT_SAMPLE):
+    if not scope.selects(tokens, D1_SAMPLE_TOKENS):
         pytest.skip(scope.skip_reason(engine_id, rid, tokens))
 
 

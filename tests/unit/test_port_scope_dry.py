@@ -11,9 +11,9 @@ pytestmark = pytest.mark.dry
 
 def test_sample_all_and_a_token_limit() -> None:
     sample, every, upto = PortScope.parse("sample"), PortScope.parse("all"), PortScope.parse("512")
-    assert sample.selects(4000, in_sample=True) and not sample.selects(10, in_sample=False)
-    assert every.selects(4000, in_sample=False)
-    assert upto.selects(512, in_sample=False) and not upto.selects(513, in_sample=True)
+    assert sample.selects(80, sample_tokens=80) and not sample.selects(81, sample_tokens=80)
+    assert every.selects(4000, sample_tokens=80)
+    assert upto.selects(512, sample_tokens=80) and not upto.selects(513, sample_tokens=1000)
     reason = upto.skip_reason("mlx", "town_almanac_4k", 2428)
     assert "'town_almanac_4k'" in reason and "--port-records 512" in reason and "2428" in reason
 
