@@ -123,6 +123,7 @@ def units_of(receipt: dict[str, Any], path: Path) -> list[Unit]:
             continue
         test = str(t.get("nodeid") or f"tests[{i}]")
         kind, sha = data["kind"], data["request_sha256"]
+        name_of = str(data.get("record") or sha[:12])  # the record id where the test gives it, for people
         if kind in READOUT_KINDS:
             out.append(_readout_unit(data, path, test))
         elif kind == "chat":
@@ -130,14 +131,14 @@ def units_of(receipt: dict[str, Any], path: Path) -> list[Unit]:
                 if not isinstance(turn, dict):
                     raise _bad(path, test, f"turns[{n - 1}]", "is not an object")
                 name = f"turn{turn.get('turn', n)}"
-                out.append(Unit(kind, sha, name, data["engine"], test, f"{sha[:12]}/{name}",
+                out.append(Unit(kind, sha, name, data["engine"], test, f"{name_of}/{name}",
                                 turn.get("suffix_ids") or [], turn.get("tokens"), None, f"{name}_warm_logits",
                                 _entry(data, f"{name}_warm_logits", path, test)))
         else:
             unit = data.get("unit", "")
             if not isinstance(unit, str):
                 raise _bad(path, test, "unit", "is not a string")
-            out.append(Unit(kind, sha, unit, data["engine"], test, sha[:12] + (f"/{unit}" if unit else ""),
+            out.append(Unit(kind, sha, unit, data["engine"], test, name_of + (f"/{unit}" if unit else ""),
                             data.get("ids") or [], data.get("tokens"), data.get("argmax"), "last_logits",
                             _entry(data, "last_logits", path, test)))
     return out

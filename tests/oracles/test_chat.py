@@ -57,7 +57,7 @@ def test_turns_finish_with_stop(runs: Callable[..., Any], engine: Any, record: C
     if record.id in NO_STOP:
         request.applymarker(pytest.mark.xfail(strict=True, reason=NO_STOP[record.id]))
     run = _run(runs, engine, record)
-    receipt.update(request_sha256=record.sha256, engine=engine.id, kind="chat", max_new_tokens=record.max_new_tokens,
+    receipt.update(request_sha256=record.sha256, record=record.id, engine=engine.id, kind="chat", max_new_tokens=record.max_new_tokens,
                    turns=[{"turn": t.index + 1, "suffix_ids": t.suffix, "tokens": t.tokens, "text": engine.decode(t.tokens),
                            "finish_reason": t.finish_reason, "completion_tokens": t.completion_tokens,
                            "cached_tokens": len(t.frontier), "prefill_seconds": round(t.prefill_seconds, 4),

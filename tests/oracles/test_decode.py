@@ -35,7 +35,7 @@ def record(request: pytest.FixtureRequest) -> PromptRecord:
 def test_decode_to_stop(runs: Callable[..., Any], engine: Any, record: PromptRecord, receipt: Any) -> None:
     """Greedy decode through the cache reaches a stop token within the cap (the cap is recorded)."""
     run = ex.decode(runs, engine, record)
-    receipt.update(request_sha256=record.sha256, engine=engine.id, kind="decode", ids=list(record.ids),
+    receipt.update(request_sha256=record.sha256, record=record.id, engine=engine.id, kind="decode", ids=list(record.ids),
                    tokens=run.tokens, text=engine.decode(run.tokens), finish_reason=run.finish_reason,
                    max_new_tokens=run.max_new_tokens, argmax=[int(i) for i in run.step_logits.argmax(-1)],
                    row_sha256=row_fingerprints(run.step_logits, f"{record.id}: decode step logits"),
@@ -109,7 +109,7 @@ def test_prefill_comparable(runs: Callable[..., Any], engine: Any, prompt: Promp
     ``oracles compare``: ids, per-row argmax and fingerprints, the last row's logits in the npz."""
     step = ex.prefill(runs, engine, prompt)
     argmax = [int(i) for i in step.logits.argmax(-1)]
-    receipt.update(request_sha256=prompt.sha256, engine=engine.id, kind="prefill", ids=list(prompt.ids),
+    receipt.update(request_sha256=prompt.sha256, record=prompt.id, engine=engine.id, kind="prefill", ids=list(prompt.ids),
                    argmax=argmax, row_sha256=row_fingerprints(step.logits, f"{prompt.id}: prefill logits"))
     receipt.array("last_logits", step.logits[-1])
     assert len(argmax) == len(prompt.ids), f"{prompt.id}: {len(argmax)} logit rows for {len(prompt.ids)} ids"

@@ -29,7 +29,7 @@ def record(request: pytest.FixtureRequest) -> PromptRecord:
 def test_generation_to_stop(runs: Callable[..., Any], engine: Any, record: PromptRecord, mode: str, receipt: Any) -> None:
     """The engine's own generation reaches a stop token within the cap; every figure recorded."""
     gen = ex.generate(runs, engine, record, mode)
-    receipt.update(request_sha256=record.sha256, engine=engine.id, kind=f"generate-{mode}", ids=list(record.ids),
+    receipt.update(request_sha256=record.sha256, record=record.id, engine=engine.id, kind=f"generate-{mode}", ids=list(record.ids),
                    sampler=ex.SAMPLERS[mode].to_json(), max_new_tokens=ex.MAX_NEW_TOKENS, tokens=gen.tokens,
                    text=gen.text, finish_reason=gen.finish_reason, stop_token_ids=sorted(engine.eos_token_ids),
                    step_logits_rows=int(gen.step_logits.shape[0]),
