@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import platform
+import re
 import secrets
 import subprocess
 import sys
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from oracles.errors import OracleError
 from oracles.receipts import (
@@ -63,14 +64,43 @@ def worker_id(config: Any = None) -> str:
     return "main" if config is not None else os.environ.get("PYTEST_XDIST_WORKER", "main")
 
 
-def environment(rootdir: Path, threads: int) -> dict[str, Any]:
-    """Versions (from package metadata, importing nothing heavy), threads, machine and git state."""
-    versions: dict[str, str | None] = {"python": platform.python_version()}
-    for name in VERSIONED[1:]:
+def _dist_key(name: str) -> str:
+    return re.sub(r"[-_.]+", "_", name).lower()
+
+
+def installed_versions(names: Sequence[str]) -> dict[str, str | None]:
+    """The installed version of each distribution in ``names`` (``None`` when not installed).
+
+    Read from the ``{name}-{version}.dist-info`` folder names on ``sys.path``, first match winning as
+    for imports (PyPA "Recording installed projects": the folder is named for the distribution, ``-``
+    and ``.`` escaped as ``_``, and its version). importlib.metadata parses each METADATA file with the
+    email parser, ~6 ms a package here (72 ms for these eleven, in every session); a folder scan is
+    ~1 ms. A name not found that way (an egg-info install) falls back to importlib.metadata.
+    """
+    want = {_dist_key(n): n for n in names}
+    found: dict[str, str | None] = {}
+    for entry in sys.path:
         try:
-            versions[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            versions[name] = None
+            folders = [d.name for d in os.scandir(entry or ".") if d.name.endswith(".dist-info")]
+        except OSError:
+            continue
+        for folder in folders:
+            dist, _, version = folder[: -len(".dist-info")].rpartition("-")
+            name = want.get(_dist_key(dist))
+            if name is not None and name not in found:
+                found[name] = version
+    for name in names:
+        if name not in found:
+            try:
+                found[name] = importlib.metadata.version(name)
+            except importlib.metadata.PackageNotFoundError:
+                found[name] = None
+    return {name: found[name] for name in names}
+
+
+def environment(rootdir: Path, threads: int) -> dict[str, Any]:
+    """Versions (from the installed distributions, importing nothing heavy), threads, machine and git state."""
+    versions: dict[str, str | None] = {"python": platform.python_version(), **installed_versions(VERSIONED[1:])}
     env_threads = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                                                    "OPENBLAS_CORETYPE", "VECLIB_MAXIMUM_THREADS")}
 
