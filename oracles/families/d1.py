@@ -179,7 +179,12 @@ def parse_question(qid: str, raw: Any, where: str) -> Question:
 
 
 def parse_request(rec: dict[str, Any], where: str) -> Request:
-    """Parse one record; refused questions go to ``rejected`` (other errors raise FixtureError)."""
+    """Parse one record; refused questions go to ``rejected`` (other errors raise FixtureError).
+
+    A record declares the refusals it expects in ``expect_rejected`` (the refused fields, e.g.
+    ``"questions.sea.type"``): a refusal it does not declare, or a declared one that does not happen,
+    is a FixtureError, so a typo in a question type cannot quietly drop the question.
+    """
     req = require(rec, "request", dict, where)
     state = require(req, "state", str, f"{where}: field 'request'")
     if not state.strip():
@@ -196,6 +201,16 @@ def parse_request(rec: dict[str, Any], where: str) -> Request:
             questions.append(parse_question(qid, raw, where))
         except QuestionError as exc:
             rejected.append(Rejected(qid, exc.field, exc.reason))
+    declared = rec.get("expect_rejected", [])
+    if not (isinstance(declared, list) and all(isinstance(f, str) for f in declared)):
+        raise FixtureError(f"{where}: field 'expect_rejected' must be a list of question fields")
+    for r in rejected:
+        if r.field not in declared:  # a typo must not quietly drop a question: refusals are declared
+            raise FixtureError(f"{where}: field '{r.field}' is refused ({r.reason}); a refusal the record "
+                               f"expects is listed in 'expect_rejected'")
+    unrefused = sorted(set(declared) - {r.field for r in rejected})
+    if unrefused:
+        raise FixtureError(f"{where}: field 'expect_rejected' lists {unrefused[0]!r}, which parsed without refusal")
     for q in questions:
         g = gold.get(q.qid)
         if g is not None and g not in q.keys:

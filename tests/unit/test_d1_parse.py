@@ -52,7 +52,8 @@ def _record(questions: dict[str, Any], gold: dict[str, Any], **over: Any) -> dic
 
 
 def test_rejected_question_is_left_out_and_listed() -> None:
-    rec = _record({"ok": {"type": "noul", "prompt": "p"}, "bad": {"type": "maybe", "prompt": "p"}}, {"ok": "true"})
+    rec = _record({"ok": {"type": "noul", "prompt": "p"}, "bad": {"type": "maybe", "prompt": "p"}}, {"ok": "true"},
+                  expect_rejected=["questions.bad.type"])
     r = d1.parse_request(rec, WHERE)
     assert [q.qid for q in r.questions] == ["ok"] and r.path == "row"
     assert [x.to_json() for x in r.rejected] == [{"qid": "bad", "field": "questions.bad.type",
@@ -144,3 +145,16 @@ def test_committed_requests_parse_and_hash() -> None:
     reqs = d1.load_requests()
     assert len(reqs) == len(top["records"])
     assert all(r.sha256 == canonical_sha256(rec["request"]) for r, rec in zip(reqs, top["records"]))
+
+
+def test_an_undeclared_refusal_is_a_located_error() -> None:
+    """A typo in a question type must not quietly drop the question (the refusal is not declared)."""
+    rec = _record({"ok": {"type": "noul", "prompt": "p"}, "bad": {"type": "bool", "prompt": "p"}}, {"ok": "true"})
+    with pytest.raises(FixtureError, match=r"record 'r1': field 'questions.bad.type' is refused \(unknown type 'bool'"):
+        d1.parse_request(rec, WHERE)
+
+
+def test_a_declared_refusal_that_parses_is_a_located_error() -> None:
+    rec = _record({"ok": {"type": "noul", "prompt": "p"}}, {"ok": "true"}, expect_rejected=["questions.ok.type"])
+    with pytest.raises(FixtureError, match="field 'expect_rejected' lists 'questions.ok.type', which parsed without refusal"):
+        d1.parse_request(rec, WHERE)
