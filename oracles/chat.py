@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from oracles.errors import FixtureError
+
 
 @dataclass
 class LightTokenizer:
@@ -21,8 +23,14 @@ class LightTokenizer:
     root: Path
 
     def __post_init__(self) -> None:
+        """Raises FixtureError naming the folder and the file when a tokenizer file is missing (a pin
+        whose tokenizer copy is not under fixtures/tokenizers, for one)."""
         from tokenizers import Tokenizer
 
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            if not (self.root / name).is_file():
+                raise FixtureError(f"{self.root / name}: missing; the dry tokenizer of pin {self.root.name!r} "
+                                   f"needs a copy of the snapshot's tokenizer files in {self.root}")
         self.tokenizer = Tokenizer.from_file(str(self.root / "tokenizer.json"))
         self.config: dict[str, Any] = json.loads((self.root / "tokenizer_config.json").read_text())
         template = self.root / "chat_template.jinja"

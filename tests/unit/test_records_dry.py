@@ -94,3 +94,10 @@ def test_prompts_without_pin(tmp_path: Path) -> None:
     path = _write(tmp_path, {"records": [_prompt()]})
     with pytest.raises(FixtureError, match=rf"^{path}: field 'pin' is missing or not a str$"):
         load_prompts(path)
+
+
+def test_dry_tokenizer_of_a_pin_without_a_copy_names_the_file(tmp_path: Path) -> None:
+    from oracles.chat import LightTokenizer
+
+    with pytest.raises(FixtureError, match=r"nopin/tokenizer.json: missing; the dry tokenizer of pin 'nopin'"):
+        LightTokenizer(tmp_path / "nopin")
