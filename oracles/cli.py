@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from typing import Callable
 
@@ -36,10 +37,30 @@ def main(argv: list[str] | None = None) -> int:
             runners[name] = module.run
     args = parser.parse_args(argv)
     try:
-        return runners[args.command](args)
+        status = runners[args.command](args)
+        sys.stdout.flush()  # a closed pipe shows here, inside the handler, not at interpreter exit
+        return status
     except OracleError as exc:
         print(f"oracles {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        return _reader_went_away()
+
+
+#: Exit status when the reader of stdout closed it (``oracles receipts | head``): 128 + SIGPIPE, what a
+#: shell reports for a program the signal ended, and distinct from 1 ("a check failed") and 2 (bad input).
+BROKEN_PIPE = 141
+
+
+def _reader_went_away() -> int:
+    """Exit quietly when stdout's reader closed the pipe (the recipe of Python's ``signal`` docs, "Note
+    on SIGPIPE"): point stdout at devnull so the interpreter's final flush raises nothing."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # stdout is not a file (an in-process caller's buffer)
+        pass
+    return BROKEN_PIPE
 
 
 if __name__ == "__main__":
