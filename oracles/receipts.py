@@ -325,12 +325,16 @@ def load_json(path: Path) -> Any:
     """Read a JSON file; a syntax error names the file and line.
 
     Raises:
-        FixtureError: ``"<path>:<line>:<col>: <msg>"`` or ``"<path>: cannot be read: ..."``.
+        FixtureError: ``"<path>:<line>:<col>: <msg>"``, ``"<path>: cannot be read: ..."``, or
+            ``"<path>: not a UTF-8 text file ..."`` (e.g. an npz sidecar passed where its JSON belongs).
     """
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise FixtureError(f"{path}: cannot be read: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise FixtureError(f"{path}: not a UTF-8 text file (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}), "
+                           f"so not a JSON receipt") from exc
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:

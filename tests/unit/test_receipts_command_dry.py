@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -59,6 +61,75 @@ def test_bad_receipt_is_one_line_error(tmp_path: Path, capsys: pytest.CaptureFix
     assert err.count("\n") == 1, err
 
 
-def test_latest_in_empty_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["receipts", "--latest", str(tmp_path)]) == 2
-    assert capsys.readouterr().err == f"oracles receipts: error: {tmp_path}: no receipt found\n"
+def test_empty_folder_says_no_receipt_found_in_both_forms(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Listing an empty folder and --latest on it say the same thing, with the same exit status."""
+    (tmp_path / "compare").mkdir()
+    (tmp_path / "compare" / "20261130T030000Z-a-vs-b.json").write_text("{}")  # not a receipt name
+    for argv in (["receipts", "--latest", str(tmp_path)], ["receipts", str(tmp_path)]):
+        assert main(argv) == 2
+        captured = capsys.readouterr()
+        assert captured.err == f"oracles receipts: error: no receipt found under {tmp_path}\n" and captured.out == ""
+
+
+def test_listing_marks_a_truncated_receipt_and_goes_on(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One truncated receipt is one line naming it and the error; the others are listed; exit 2 at the end."""
+    first = _receipt(tmp_path, "20261130T010203Z-0123abcd", ok=True)
+    torn = tmp_path / "20261130T020000Z-89abcdef.json"
+    torn.write_text(first.read_text()[:40])
+    last = _receipt(tmp_path, "20261130T030000Z-00000000", ok=False)
+    assert main(["receipts", str(tmp_path)]) == 2
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    assert [line.split()[0] for line in lines] == [str(first), str(torn), str(last)]
+    assert lines[1].startswith(f"{torn}  unreadable: 1:") and "not valid JSON" in lines[1] and "all_ok=False" in lines[2]
+    assert captured.err == f"oracles receipts: error: {tmp_path}: 1 of 3 receipts unreadable (marked above)\n"
+
+
+def test_engines_line_names_the_pin(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A draft twin loaded on the same worker is a second pin, not a double load: the pin is shown."""
+    path = _receipt(tmp_path, "20261130T010203Z-0123abcd", ok=True)
+    doc = json.loads(path.read_text())
+    doc["engines"] = [{"name": "mlx", "pin": "smollm2-135m-instruct", "worker": "gw0", "load_count": 1},
+                      {"name": "mlx", "pin": "smollm2-draft-twin", "worker": "gw0", "load_count": 1}]
+    path.write_text(json.dumps(doc))
+    assert main(["receipts", str(path)]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == ("engines: mlx/smollm2-135m-instruct@gw0 loads=1, "
+                                                      "mlx/smollm2-draft-twin@gw0 loads=1; not run: 0")
+
+
+def test_npz_sidecar_is_a_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An npz (binary, not UTF-8) given where the receipt JSON belongs: one line naming it, exit 2."""
+    path = tmp_path / "20261130T010203Z-0123abcd.npz"
+    path.write_bytes(b"PK\x03\x04\x14\x00\x00\x00\x00\x00\x8f\xff\xfe")
+    assert main(["receipts", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"oracles receipts: error: {path}: not a UTF-8 text file (byte 0x8f at offset 10)")
+    assert err.count("\n") == 1
+
+
+def test_malformed_checks_row_is_a_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _receipt(tmp_path, "20261130T010203Z-0123abcd", ok=True)
+    doc = json.loads(path.read_text())
+    doc["checks"]["test_a"]["passed"] = "1"
+    path.write_text(json.dumps(doc))
+    assert main(["receipts", str(path)]) == 2
+    assert capsys.readouterr().err == (f"oracles receipts: error: {path}: field 'checks.test_a.passed' is missing "
+                                       f"or not int\n")
+
+
+def test_closed_pipe_exits_quietly(tmp_path: Path) -> None:
+    """``oracles receipts --latest DIR | head -1``: the reader closes the pipe early; no traceback, no
+    "Exception ignored" at exit, status 141 (128 + SIGPIPE). The checks table is ~1 MB, far more than
+    a pipe buffer (64 KiB on Linux), so the write after the close must fail."""
+    path = _receipt(tmp_path, "20261130T010203Z-0123abcd", ok=True)
+    doc = json.loads(path.read_text())
+    doc["checks"] = {f"test_{i:05d}_{'x' * 60}": {"family": "f", "ok": True, "passed": 1, "failed": [], "skipped": 0}
+                     for i in range(10000)}
+    path.write_text(json.dumps(doc))
+    proc = subprocess.Popen([sys.executable, "-m", "oracles.cli", "receipts", "--latest", str(tmp_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=Path(__file__).parents[2])
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline().startswith(b"receipt: ")
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141 and err == "", err
