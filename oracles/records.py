@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Collection
 
 from oracles.errors import FixtureError
 from oracles.receipts import load_json
@@ -25,18 +25,25 @@ def canonical_sha256(obj: Any) -> str:
     return hashlib.sha256(canonical_json(obj).encode()).hexdigest()
 
 
-def load_record_list(path: Path, key: str = "records") -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def load_record_list(path: Path, key: str = "records", family: str | None = None,
+                     fields: Collection[str] | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Read a record file ``{..., key: [ {"id": ..., ...}, ... ]}``; ids must be unique non-empty strings.
+
+    ``family``: the file's top-level ``family``, where it has one, must equal it (a file of one family
+    handed to another's loader is refused); ``fields``: every field a record may have (a misspelt field such
+    as ``idz`` is refused instead of being ignored).
 
     Returns (the file's top-level object, its records).
 
     Raises:
-        FixtureError: not JSON (path:line:col), ``key`` missing, a record without a string id, or a
-            duplicate id (path and record index named).
+        FixtureError: not JSON (path:line:col), ``key`` missing, a wrong ``family``, a record without
+            a string id, an unknown field, or a duplicate id (path and record index or id named).
     """
     obj = load_json(path)
     if not isinstance(obj, dict) or not isinstance(obj.get(key), list):
         raise FixtureError(f"{path}: field {key!r} is missing or not a list")
+    if family is not None and obj.get("family", family) != family:
+        raise FixtureError(f"{path}: field 'family' is {obj.get('family')!r}, expected {family!r}")
     seen: set[str] = set()
     for i, rec in enumerate(obj[key]):
         rid = rec.get("id") if isinstance(rec, dict) else None
@@ -44,6 +51,9 @@ def load_record_list(path: Path, key: str = "records") -> tuple[dict[str, Any], 
             raise FixtureError(f"{path}: {key}[{i}]: field 'id' is missing or not a plain non-empty string")
         if rid in seen:
             raise FixtureError(f"{path}: {key}[{i}]: duplicate record id {rid!r}")
+        unknown = sorted(set(rec) - set(fields)) if fields is not None else []
+        if unknown:
+            raise FixtureError(f"{path}: record {rid!r}: unknown field {unknown[0]!r} (known: {', '.join(sorted(fields or ()))})")
         seen.add(rid)
     return obj, obj[key]
 

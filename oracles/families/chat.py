@@ -57,7 +57,7 @@ def load_chats(path: Path = CHATS, prompts: Path = PROMPTS) -> list[ChatRecord]:
             ``{"prompt": ID}`` of a known single-message prompt record, a cap that is not a positive
             int, or a ``sha256`` that does not match (path, record id, field named).
     """
-    top, records = load_record_list(path)
+    top, records = load_record_list(path, family="mtplx_chat", fields=("id", "turns", "max_new_tokens", "sha256"))
     pin = top.get("pin")
     if not isinstance(pin, str):
         raise FixtureError(f"{path}: field 'pin' is missing or not a str")

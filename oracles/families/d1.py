@@ -228,7 +228,8 @@ def load_requests(path: Path = REQUESTS, key: str = "records") -> list[Request]:
     Raises:
         FixtureError: malformed JSON (path:line:col), a missing field, a sha256 mismatch, a bad gold key.
     """
-    _, records = load_record_list(path, key)
+    _, records = load_record_list(path, key, family="d1", fields=("id", "source", "request", "gold", "sha256",
+                                                                  "expect_rejected", "note"))
     return [parse_request(rec, f"{path}: record {rec['id']!r}") for rec in records]
 
 

@@ -40,7 +40,7 @@ def load_prompts(path: Path = PROMPTS) -> list[PromptRecord]:
             message is not ``{"role": str, "content": str}``, or whose ``sha256`` does not match its
             messages (path, record id, expected and actual).
     """
-    top, records = load_record_list(path)
+    top, records = load_record_list(path, family="mtplx", fields=("id", "messages", "sha256", "ids"))
     pin = top.get("pin")
     if not isinstance(pin, str):
         raise FixtureError(f"{path}: field 'pin' is missing or not a str")

@@ -101,3 +101,15 @@ def test_dry_tokenizer_of_a_pin_without_a_copy_names_the_file(tmp_path: Path) ->
 
     with pytest.raises(FixtureError, match=r"nopin/tokenizer.json: missing; the dry tokenizer of pin 'nopin'"):
         LightTokenizer(tmp_path / "nopin")
+
+
+def test_record_files_refuse_unknown_fields_and_another_family(tmp_path: Path) -> None:
+    good = json.loads((Path(__file__).resolve().parents[2] / "fixtures/records/mtplx/prompts.json").read_text())
+    misspelt = json.loads(json.dumps(good))
+    misspelt["records"][0]["idz"] = misspelt["records"][0]["ids"]
+    (tmp_path / "a.json").write_text(json.dumps(misspelt))
+    with pytest.raises(FixtureError, match=r"a.json: record 'ping': unknown field 'idz' \(known: id, ids, messages, sha256\)"):
+        load_prompts(tmp_path / "a.json")
+    (tmp_path / "b.json").write_text(json.dumps({**good, "family": "d1"}))
+    with pytest.raises(FixtureError, match=r"b.json: field 'family' is 'd1', expected 'mtplx'"):
+        load_prompts(tmp_path / "b.json")
