@@ -12,6 +12,7 @@ Usage: ORACLES_HOME=/tmp/oh python bench/execution_overhead.py [--rounds 1] [--t
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import subprocess
 import sys
@@ -29,7 +30,12 @@ def bare(threads: int) -> None:
     from oracles.engines import engine_class, resolve_ports
     from oracles.families import execution as ex
     from oracles.families.mtplx import load_prompts
+    from oracles.families import cohort_decode as cohort
     from oracles.pins import load_pin, snapshot_dir, verify_snapshot
+
+    spec = importlib.util.spec_from_file_location("cohort_test", ROOT / "tests" / "oracles" / "test_cohort_decode.py")
+    cohort_test = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cohort_test)
 
     memo: dict = {}
 
@@ -68,6 +74,7 @@ def bare(threads: int) -> None:
         for chat in ex.CHATS:
             if not (port and chat.budget_tokens > PORT_MAX_TOKENS):
                 ex.chat(runs, e, chat)
+        cohort.run_cohort(e, cohort_test.LANES, cohort_test.STEPS)  # test_cohort_decode.py's lanes and steps
 
 
 def timed(cmd: list[str]) -> tuple[float, int]:
@@ -87,7 +94,7 @@ def main() -> int:
         return 0
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     py = sys.executable
-    suite = [py, "-m", "pytest", "-m", "mtplx or mtplx_chat or port", "--runslow", "-p", "no:randomly", "-q",
+    suite = [py, "-m", "pytest", "tests/oracles", "-m", "mtplx or mtplx_chat or port", "--runslow", "-p", "no:randomly", "-q",
              "--receipt-tag", "bench-execution", "--oracle-threads", str(args.threads)]
     script = [py, str(Path(__file__).resolve()), "--bare", "--threads", str(args.threads)]
     for r in range(args.rounds):
