@@ -16,6 +16,9 @@ from oracles.errors import FixtureError
 from oracles.records import RECORDS, canonical_sha256, load_record_list, require
 
 PROMPTS = RECORDS / "mtplx" / "prompts.json"
+#: The chat roles a record may use (the roles chat templates render; a misspelt one would be rendered
+#: as given and caught only as an ids mismatch).
+ROLES = ("system", "user", "assistant")
 SUMMARY_REQUEST = "Give a summary of the following text:\n\n"
 
 
@@ -51,6 +54,8 @@ def load_prompts(path: Path = PROMPTS) -> list[PromptRecord]:
         for j, m in enumerate(messages):
             if not (isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
                 raise FixtureError(f"{where}: field 'messages[{j}]' must be {{'role': str, 'content': str}}")
+            if m["role"] not in ROLES:
+                raise FixtureError(f"{where}: field 'messages[{j}].role' is {m['role']!r}, not one of {', '.join(ROLES)}")
         sha = require(rec, "sha256", str, where)
         actual = canonical_sha256(messages)
         if sha != actual:

@@ -113,3 +113,11 @@ def test_record_files_refuse_unknown_fields_and_another_family(tmp_path: Path) -
     (tmp_path / "b.json").write_text(json.dumps({**good, "family": "d1"}))
     with pytest.raises(FixtureError, match=r"b.json: field 'family' is 'd1', expected 'mtplx'"):
         load_prompts(tmp_path / "b.json")
+
+
+def test_a_misspelt_role_is_named(tmp_path: Path) -> None:
+    doc = json.loads((Path(__file__).resolve().parents[2] / "fixtures/records/mtplx/prompts.json").read_text())
+    doc["records"][0]["messages"][0]["role"] = "usr"
+    (tmp_path / "p.json").write_text(json.dumps(doc))
+    with pytest.raises(FixtureError, match=r"record 'ping': field 'messages\[0\].role' is 'usr', not one of system, user"):
+        load_prompts(tmp_path / "p.json")
