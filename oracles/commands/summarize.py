@@ -6,7 +6,9 @@ Reads the d1 records a receipt holds (``test_readout``: one per question and eng
 otherwise, ``<receipt stem>.d1-summary.json`` and ``.d1-summary.png`` (both created exclusively,
 never overwritten), and prints the table: near ties (top-2 gap <= 0.02), top-2 gap percentiles, gold
 agreement overall and by type, source, length bucket and path, seconds per bucket, tree/row time
-ratio, and the red arms. Percentiles are nearest-rank on the sorted gaps.
+ratio, and the red arms (RED: the arm moved some option's probability by more than its threshold;
+the answer need not flip). Percentiles are nearest-rank on the sorted gaps. A malformed record is
+exit 2 naming the file, the record and the field; ``--out`` must be a folder.
 """
 
 from __future__ import annotations
@@ -29,8 +31,60 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=None, metavar="DIR", help="folder for the summary files; default: beside the receipt")
 
 
+_NUM, _STR, _KEY = (int, float), (str,), (str, int)
+_OPT_BOOL = (bool, type(None))
+#: check -> (record fields, data fields -> (types, required)) that :func:`summarize` reads.
+FIELDS: dict[str, tuple[dict[str, tuple[type, ...]], dict[str, tuple[tuple[type, ...], bool]]]] = {
+    "test_readout": ({"outcome": _STR}, {
+        "record": (_STR, True), "qid": (_STR, True), "type": (_KEY, True), "source": (_KEY, True),
+        "bucket": (_KEY, True), "row_len": ((int,), True), "top2_gap": (_NUM, True), "near_tie": ((bool,), True),
+        "gold_match": (_OPT_BOOL, False), "seconds": (_NUM, False), "engine": (_STR, False)}),
+    "test_tree_vs_row": ({"record_id": _STR}, {"max_abs_dp": (_NUM, True), "gold_match_tree": (_OPT_BOOL, False),
+                                               "engine": (_STR, False)}),
+    "test_tree_split": ({}, {"tree_seconds": (_NUM, True), "rows_seconds": (_NUM, True), "engine": (_STR, False)}),
+    "test_red_arm": ({"record_id": _STR, "outcome": _STR}, {
+        "kind": (_STR, True), "base": (_STR, True), "max_abs_dp": (_NUM, True), "threshold": (_NUM, True),
+        "argmax_base": (_KEY, True), "argmax_arm": (_KEY, True), "engine": (_STR, False)}),
+    "test_dry_request": ({"record_id": _STR}, {"rejected": ((list,), False)}),
+}
+
+
+def _bad(where: str, field: str, types: tuple[type, ...]) -> FixtureError:
+    names = " or ".join("null" if k is type(None) else k.__name__ for k in types)
+    return FixtureError(f"record {where}: field {field!r} is missing or not {names}")
+
+
+def _checked(t: Any, i: int, check: str) -> bool:
+    """Whether ``tests[i]`` is a ``check`` record with data, after checking the fields summarize reads.
+
+    Raises:
+        FixtureError: ``tests[i]`` is not an object, or a field of a ``check`` record is missing or of
+            the wrong type (the record's nodeid and the field named).
+    """
+    if not isinstance(t, dict):
+        raise FixtureError(f"field 'tests[{i}]' is a JSON {type(t).__name__}, not a test record (an object)")
+    if t.get("check") != check or not t.get("data"):
+        return False
+    where = str(t.get("nodeid") or f"tests[{i}]")
+    if not isinstance(t["data"], dict):
+        raise _bad(where, "data", (dict,))
+    top, data = FIELDS[check]
+    for field, types in top.items():
+        if not isinstance(t.get(field), types):
+            raise _bad(where, field, types)
+    for field, (types, required) in data.items():
+        if (field in t["data"] or required) and not isinstance(t["data"].get(field), types):
+            raise _bad(where, f"data.{field}", types)
+    for n, r in enumerate(t["data"].get("rejected") or []):
+        for field in ("qid", "field"):
+            if not isinstance(r, dict) or not isinstance(r.get(field), str):
+                raise _bad(where, f"data.rejected[{n}].{field}", _STR)
+    return True
+
+
 def _tests(receipt: dict[str, Any], check: str) -> list[dict[str, Any]]:
-    return [t for t in receipt.get("tests", []) if t.get("check") == check and t.get("data")]
+    """The records of ``check`` that hold data, each checked (:func:`_checked`)."""
+    return [t for i, t in enumerate(receipt.get("tests") or []) if _checked(t, i, check)]
 
 
 def _engine(t: dict[str, Any], known: frozenset[str] = frozenset()) -> str:
@@ -60,8 +114,11 @@ def summarize(receipt: dict[str, Any]) -> dict[str, Any]:
     """The summary document of a receipt, one block per engine (see the module docstring).
 
     Raises:
-        FixtureError: the receipt holds no d1 ``test_readout`` record.
+        FixtureError: the receipt holds no d1 ``test_readout`` record, or a record summarize reads is
+            malformed (:func:`_checked`; record and field named).
     """
+    if not isinstance(receipt.get("tests"), list):
+        raise FixtureError("field 'tests' is missing or not a list; not a receipt")
     readouts = _tests(receipt, "test_readout")
     if not readouts:
         raise FixtureError("no d1 test_readout records in this receipt (run `pytest -m d1 --runslow`)")
@@ -109,6 +166,11 @@ def summarize(receipt: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+#: What a red arm line means, printed under them: red is about probabilities moving, not the answer.
+RED_LEGEND = ("           RED: the arm moved some option's probability by more than the threshold (max|dp| > "
+              "threshold); the answer need not flip (answer base -> arm shows whether it did)")
+
+
 def table(summary: dict[str, Any]) -> list[str]:
     """The printed table, one block per engine."""
     lines = []
@@ -127,7 +189,10 @@ def table(summary: dict[str, Any]) -> list[str]:
                      f"= {t['tree_over_rows']}; max |dp| tree vs row {t['max_abs_dp']}")
         for a in s["red_arms"]:
             lines.append(f"red arm    {a['id']:<40} {a['kind']:<10} base {a['base']:<26} max|dp| {a['max_abs_dp']:.4f} "
-                         f"{a['argmax_base']} -> {a['argmax_arm']} {'RED' if a['red'] else 'not red'} ({a['outcome']})")
+                         f"{'>' if a['red'] else '<='} {a['threshold']:g} answer {a['argmax_base']} -> {a['argmax_arm']} "
+                         f"{'RED' if a['red'] else 'not red'} ({a['outcome']})")
+        if s["red_arms"]:
+            lines.append(RED_LEGEND)
     if summary["rejected"]:
         lines.append("rejected   " + "; ".join(f"{r['record']}/{r['qid']} ({r['field']})" for r in summary["rejected"]))
     return lines
@@ -170,14 +235,19 @@ def run(args: argparse.Namespace) -> int:
     except FixtureError as exc:
         raise FixtureError(f"{args.receipt}: {exc}") from None
     folder = args.out or args.receipt.parent
+    if folder.exists() and not folder.is_dir():
+        raise ReceiptError(f"{folder}: --out names a file; it must be a folder (the summary's .json and .png go in it)")
     stem = args.receipt.name.removesuffix(".json")
     json_path, png_path = folder / f"{stem}.d1-summary.json", folder / f"{stem}.d1-summary.png"
     summary["receipt"] = str(args.receipt)
-    png = plot(summary)
     taken = [p for p in (json_path, png_path) if p.exists()]
-    if taken:  # refuse before writing either file, so a summary is never left half-written
+    if taken:  # refuse before plotting or writing either file, so a summary is never left half-written
         raise ReceiptError(f"{taken[0]}: already exists; a summary is never overwritten")
-    folder.mkdir(parents=True, exist_ok=True)
+    png = plot(summary)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ReceiptError(f"{folder}: cannot create the --out folder: {exc.strerror or exc}") from exc
     write_exclusive(json_path, dump_json(summary))
     write_exclusive(png_path, png)
     for line in table(summary):

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from oracles.cli import main
-from oracles.commands.summarize import percentile, summarize
+from oracles.commands.summarize import RED_LEGEND, percentile, summarize, table
 
 #: The PNG test imports matplotlib (seconds): it is not dry; the rest is.
 pytestmark = [pytest.mark.d1]
@@ -103,3 +103,63 @@ def test_out_folder_is_created_and_a_taken_png_leaves_no_json(tmp_path: Path, ca
     assert main(["summarize", str(path), "--out", str(other)]) == 2
     assert "d1-summary.png: already exists" in capsys.readouterr().err
     assert not (other / "20260101T000000Z-r.d1-summary.json").exists()  # nothing half-written
+
+
+@pytest.mark.dry
+def test_red_arm_line_has_its_threshold_and_a_legend() -> None:
+    """RED means a probability moved by more than the threshold, not that the answer flipped: the line
+    shows the comparison and a legend under the arms says so."""
+    doc = _receipt()
+    doc["tests"][7]["data"]["argmax_arm"] = "true"  # red (0.3 > 0.02) with the answer unchanged
+    lines = table(summarize(doc))
+    arm = next(i for i, line in enumerate(lines) if line.startswith("red arm"))
+    assert "max|dp| 0.3000 > 0.02 answer true -> true RED (passed)" in lines[arm]
+    assert lines[arm + 1] == RED_LEGEND and "more than the threshold" in RED_LEGEND and "need not flip" in RED_LEGEND
+
+
+def _string_test(doc: dict[str, Any]) -> None:
+    doc["tests"][0] = "test_readout"
+
+
+def _gap_text(doc: dict[str, Any]) -> None:
+    doc["tests"][1]["data"]["top2_gap"] = "0.01"
+
+
+def _arm_no_threshold(doc: dict[str, Any]) -> None:
+    del doc["tests"][7]["data"]["threshold"]
+
+
+def _rejected_not_object(doc: dict[str, Any]) -> None:
+    doc["tests"][8]["data"]["rejected"] = ["z"]
+
+
+@pytest.mark.dry
+@pytest.mark.parametrize(("spoil", "message"), [
+    (_string_test, ": field 'tests[0]' is a JSON str, not a test record (an object)"),
+    (_gap_text, ": record tests/oracles/test_d1.py::test_readout[b/q-torch]: field 'data.top2_gap' is missing or not int or float"),
+    (_arm_no_threshold, ": record t::test_red_arm[arm1-torch]: field 'data.threshold' is missing or not int or float"),
+    (_rejected_not_object, ": record t::test_dry_request[d]: field 'data.rejected[0].qid' is missing or not str"),
+], ids=["test-is-a-string", "gap-is-text", "arm-without-threshold", "rejected-not-object"])
+def test_malformed_record_is_a_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture[str], spoil,
+                                              message: str) -> None:
+    """A malformed record is exit 2 and one line naming the file, the record and the field; nothing is written."""
+    doc = _receipt()
+    spoil(doc)
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(doc))
+    assert main(["summarize", str(path)]) == 2
+    assert capsys.readouterr().err == f"oracles summarize: error: {path}{message}\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
+
+
+@pytest.mark.dry
+def test_out_naming_a_file_is_a_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--out`` is a folder; an existing file there is refused before anything is computed or written."""
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(_receipt()))
+    taken = tmp_path / "taken.txt"
+    taken.write_text("keep")
+    assert main(["summarize", str(path), "--out", str(taken)]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith(f"oracles summarize: error: {taken}: --out names a file") and captured.err.count("\n") == 1
+    assert taken.read_text() == "keep" and captured.out == ""
