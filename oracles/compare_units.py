@@ -18,6 +18,9 @@ The key holds no path, nodeid or machine name, so receipts of different machines
 from __future__ import annotations
 
 import math
+import re
+import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,6 +78,12 @@ def _int_list(value: Any, path: Path, test: str, field: str) -> list[int]:
     return value
 
 
+def _opt_ints(obj: dict[str, Any], field: str, path: Path, test: str, where: str = "") -> list[int] | None:
+    """``obj[field]`` when absent or null (None), else a list of ints (the field named when it is not)."""
+    value = obj.get(field)
+    return None if value is None else _int_list(value, path, test, where + field)
+
+
 def _readout_unit(data: dict[str, Any], path: Path, test: str) -> Unit:
     unit = data.get("unit")
     if not isinstance(unit, str) or not unit:
@@ -106,6 +115,41 @@ def _entry(data: dict[str, Any], name: str, path: Path, test: str) -> dict[str, 
     return entry
 
 
+#: Every kind :func:`units_of` reads a unit from.
+UNIT_KINDS = (*GREEDY_KINDS, "generate-sampled", *READOUT_KINDS)
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def _is_unit_record(data: dict[str, Any], path: Path, test: str) -> bool:
+    """Whether a record's ``data`` is a comparable unit; a record that starts to be one and is
+    malformed is bad input, never skipped (it would shrink the comparison without a word).
+
+    A record with all of ``kind``, ``engine`` and ``request_sha256`` is meant to be a unit, and so is
+    one with ``engine`` and a unit kind (:data:`UNIT_KINDS`) or a non-string ``kind``. Others are not
+    units and are skipped: per-engine records of another kind (a d1 red arm: ``kind`` ``word_flip``
+    with ``engine``), a port test's own figures (``kind`` and ``request_sha256``, no ``engine``),
+    records with ``engine`` alone.
+
+    Raises:
+        ReceiptError: a meant unit whose ``kind`` or ``engine`` is not a non-empty string or whose
+            ``request_sha256`` is not 64 lowercase hex digits (file, record and field named).
+    """
+    kind = data.get("kind")
+    meant = all(k in data for k in ("kind", "engine", "request_sha256")) or (
+        "engine" in data and "kind" in data and (kind in UNIT_KINDS or not isinstance(kind, str)))
+    if not meant:
+        return False
+    for field in ("kind", "engine"):
+        if not isinstance(data.get(field), str) or not data[field]:
+            raise _bad(path, test, field, f"is {data.get(field)!r}, not a non-empty string (a comparable record "
+                                          f"needs kind, engine and request_sha256)")
+    sha = data.get("request_sha256")
+    if not (isinstance(sha, str) and _SHA256.fullmatch(sha)):
+        raise _bad(path, test, "request_sha256", f"is {'missing' if sha is None else repr(sha)[:20]}, not 64 lowercase hex "
+                                                 f"digits (a {kind} record is matched by it)")
+    return True
+
+
 def units_of(receipt: dict[str, Any], path: Path) -> list[Unit]:
     """Every comparable unit of a receipt (module docstring), in receipt order.
 
@@ -119,9 +163,9 @@ def units_of(receipt: dict[str, Any], path: Path) -> list[Unit]:
     out: list[Unit] = []
     for i, t in enumerate(tests):
         data = t.get("data") if isinstance(t, dict) else None
-        if not (isinstance(data, dict) and all(isinstance(data.get(k), str) for k in ("kind", "engine", "request_sha256"))):
+        test = str(t.get("nodeid") or f"tests[{i}]") if isinstance(t, dict) else f"tests[{i}]"
+        if not (isinstance(data, dict) and _is_unit_record(data, path, test)):
             continue
-        test = str(t.get("nodeid") or f"tests[{i}]")
         kind, sha = data["kind"], data["request_sha256"]
         name_of = str(data.get("record") or sha[:12])  # the record id where the test gives it, for people
         if kind in READOUT_KINDS:
@@ -131,32 +175,58 @@ def units_of(receipt: dict[str, Any], path: Path) -> list[Unit]:
                 if not isinstance(turn, dict):
                     raise _bad(path, test, f"turns[{n - 1}]", "is not an object")
                 name = f"turn{turn.get('turn', n)}"
+                where = f"turns[{n - 1}]."
                 out.append(Unit(kind, sha, name, data["engine"], test, f"{name_of}/{name}",
-                                turn.get("suffix_ids") or [], turn.get("tokens"), None, f"{name}_warm_logits",
+                                _opt_ints(turn, "suffix_ids", path, test, where) or [],
+                                _opt_ints(turn, "tokens", path, test, where), None, f"{name}_warm_logits",
                                 _entry(data, f"{name}_warm_logits", path, test)))
         else:
             unit = data.get("unit", "")
             if not isinstance(unit, str):
                 raise _bad(path, test, "unit", "is not a string")
             out.append(Unit(kind, sha, unit, data["engine"], test, name_of + (f"/{unit}" if unit else ""),
-                            data.get("ids") or [], data.get("tokens"), data.get("argmax"), "last_logits",
+                            _opt_ints(data, "ids", path, test) or [], _opt_ints(data, "tokens", path, test),
+                            _opt_ints(data, "argmax", path, test), "last_logits",
                             _entry(data, "last_logits", path, test)))
     return out
 
 
-def load_npz(receipt: dict[str, Any], path: Path) -> Any:
-    """The receipt's npz sidecar (``receipt["arrays"]``, beside the JSON), or None when it names none.
+def find_sidecar(receipt: dict[str, Any], path: Path) -> tuple[Path | None, str | None]:
+    """The receipt's npz sidecar and, when it is not the recorded one, a note saying which was used.
+
+    The sidecar is ``receipt["arrays"]`` beside the JSON; when that file is missing (the pair was
+    renamed or copied as ``R.json`` + ``R.npz``), the file with the JSON's stem and ``.npz`` is used.
+    ``(None, None)`` when the receipt names no sidecar.
 
     Raises:
-        ReceiptError: the sidecar is named but missing.
+        ReceiptError: field ``arrays`` is not a string, or neither file exists (both named).
     """
     name = receipt.get("arrays")
     if not name:
+        return None, None
+    if not isinstance(name, str):
+        raise ReceiptError(f"{path}: field 'arrays' is {name!r}, not the npz sidecar's file name")
+    recorded = path.parent / name
+    if recorded.is_file():
+        return recorded, None
+    namesake = path.with_suffix(".npz")
+    if namesake.is_file():
+        return namesake, f"{path}: npz sidecar {namesake} (the recorded {name} is missing; using the JSON's namesake)"
+    raise ReceiptError(f"{path}: field 'arrays': its npz sidecar {recorded} is missing, and so is {namesake}")
+
+
+def load_npz(npz: Path | None, path: Path) -> Any:
+    """The npz sidecar ``npz`` of receipt ``path`` opened (lazily, no pickles), or None when ``npz`` is None.
+
+    Raises:
+        ReceiptError: the file is not a readable npz archive (both files named).
+    """
+    if npz is None:
         return None
-    npz = path.parent / str(name)
-    if not npz.is_file():
-        raise ReceiptError(f"{path}: field 'arrays': its npz sidecar {npz} is missing")
-    return np.load(npz, allow_pickle=False)
+    try:
+        return np.load(npz, allow_pickle=False)
+    except (OSError, ValueError, zipfile.BadZipFile) as exc:
+        raise ReceiptError(f"{path}: field 'arrays': npz sidecar {npz} cannot be read: {exc}") from exc
 
 
 def unit_array(u: Unit, npz: Any, path: Path) -> np.ndarray | None:
@@ -173,7 +243,10 @@ def unit_array(u: Unit, npz: Any, path: Path) -> np.ndarray | None:
         raise _bad(path, u.test, field, "names an array, but the receipt has no npz sidecar (field 'arrays')")
     if u.array_entry["npz_key"] not in npz:
         raise _bad(path, u.test, field, f"names npz key {u.array_entry['npz_key']!r}, which the npz sidecar lacks")
-    a = np.asarray(npz[u.array_entry["npz_key"]])
+    try:
+        a = np.asarray(npz[u.array_entry["npz_key"]])
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
+        raise _bad(path, u.test, field, f"names npz key {u.array_entry['npz_key']!r}, which cannot be read: {exc}") from exc
     if a.dtype.kind != "f":
         raise _bad(path, u.test, field, f"has dtype {a.dtype}, not a float array")
     if u.kind in READOUT_KINDS and (a.ndim != 2 or a.shape[0] != 1):
@@ -183,16 +256,25 @@ def unit_array(u: Unit, npz: Any, path: Path) -> np.ndarray | None:
 
 def compare_pair(r: Unit, p: Unit, a: np.ndarray | None, b: np.ndarray | None) -> dict[str, Any]:
     """One comparison row of a matched pair (``r`` reference, ``p`` port, ``a``/``b`` their logits):
-    figures, ``failures`` (one line each, reasons for exit 1) and ``ok``."""
+    figures, ``failures`` (one line each, reasons for exit 1), ``held`` (what was held to a threshold:
+    ``tokens`` of a greedy kind, ``logits``, ``read-out``), ``status`` and ``ok``.
+
+    ``status`` is ``"FAIL"`` (``ok`` False) when a failure is listed, ``"ok"`` (``ok`` True) when
+    something was held and passed, and ``"recorded only"`` (``ok`` None) when nothing but the prompt
+    ids was held: a sampled generation whose tokens diverged, so its logits are not comparable and its
+    tokens are not expected to agree; such a row can fail only on its prompt ids."""
     row: dict[str, Any] = {"kind": r.kind, "unit": r.unit, "request_sha256": r.request_sha256, "label": r.label,
                            "ref_test": r.test, "port_test": p.test, "ids_equal": r.ids == p.ids}
     fails = [] if row["ids_equal"] else [f"ids differ at position {first_divergence(r.ids, p.ids)}"]
     if r.argmax is not None and p.argmax is not None and len(r.argmax) and len(r.argmax) == len(p.argmax):
         row["argmax_agreement"] = float(np.mean(np.asarray(r.argmax) == np.asarray(p.argmax)))
+    held: list[str] = []
     if r.tokens is not None and p.tokens is not None:
         row["first_divergent_token"] = first_divergence(r.tokens, p.tokens)
-        if row["first_divergent_token"] is not None and r.kind in GREEDY_KINDS:
-            fails.append(f"greedy tokens diverge at {row['first_divergent_token']}")
+        if r.kind in GREEDY_KINDS:
+            held.append("tokens")
+            if row["first_divergent_token"] is not None:
+                fails.append(f"greedy tokens diverge at {row['first_divergent_token']}")
     if row.get("first_divergent_token") is not None:
         a = b = None
         row["logits"] = "not compared: the token sequences differ before the last row"
@@ -206,6 +288,7 @@ def compare_pair(r: Unit, p: Unit, a: np.ndarray | None, b: np.ndarray | None) -
             fig, fails = {}, [*fails, str(exc)]
         row.update({k: fig[k] for k in ("max_abs", "nmse", "kl_mean", "kl_max", "bit_equal") if k in fig})
         if fig:
+            held.append("logits")
             if r.kind in READOUT_KINDS:
                 row["argmax_agreement"] = fig["argmax_agreement"]
             fails += threshold_failures(fig)
@@ -215,6 +298,9 @@ def compare_pair(r: Unit, p: Unit, a: np.ndarray | None, b: np.ndarray | None) -
         else:
             rf = readout_figures(r.keys, r.probs or [], p.probs or [])
             row.update(rf)
+            held.append("read-out")
             fails += readout_failures(rf)
-    row["failures"], row["ok"] = fails, not fails
+    row["failures"], row["held"] = fails, held
+    row["status"] = "FAIL" if fails else ("ok" if held else "recorded only")
+    row["ok"] = {"FAIL": False, "ok": True}.get(row["status"])
     return row

@@ -269,3 +269,156 @@ def test_compare_missing_npz_exit_2(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert main(["compare", str(path), str(path), "--out", str(tmp_path / "c.json")]) == 2
     err = capsys.readouterr().err
     assert str(path) in err and "npz sidecar" in err and "r.npz" in err
+
+
+# ---------------------------------------------------------------------------------------------
+# bad input and honest output (a fresh user's trial)
+
+def _spoil(path: Path, index: int, **fields: object) -> None:
+    """Set (value) or delete (None) fields of ``tests[index].data`` in the receipt at ``path``."""
+    doc = json.loads(path.read_text())
+    data = doc["tests"][index]["data"]
+    for k, v in fields.items():
+        if v is None:
+            data.pop(k, None)
+        else:
+            data[k] = v
+    path.write_text(json.dumps(doc))
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"kind": 5}, "field 'kind' is 5, not a non-empty string"),
+    ({"request_sha256": None}, "field 'request_sha256' is missing, not 64 lowercase hex digits"),
+    ({"request_sha256": "abc"}, "field 'request_sha256' is 'abc', not 64 lowercase hex digits"),
+    ({"engine": ["mlx"]}, "field 'engine' is ['mlx'], not a non-empty string"),
+    ({"tokens": "5 6 2"}, "field 'tokens' is missing or not a list of ints"),
+], ids=["kind-int", "sha-missing", "sha-short", "engine-list", "tokens-text"])
+def test_compare_malformed_unit_record_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str], fields: dict,
+                                              message: str) -> None:
+    """A record that starts to be a unit but is malformed is bad input, never silently dropped."""
+    ref = _receipt(tmp_path / "a", "ref", "torch", _logits(), [5, 6, 2])
+    port = _receipt(tmp_path / "b", "port", "mlx", _logits(), [5, 6, 2])
+    _spoil(port, 0, **fields)
+    assert main(["compare", str(ref), str(port), "--out", str(tmp_path / "c.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(port) in err and "record t.py::test_decode_to_stop[arith-mlx]" in err, err
+    assert message in err and not (tmp_path / "c.json").exists()
+
+
+def test_compare_skips_records_that_are_not_units(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Per-engine records of another kind (a d1 red arm) and a port test's own figures (kind and sha256,
+    no engine) are not units: skipped, as before."""
+    base = _logits()
+    ref = _receipt(tmp_path / "a", "ref", "torch", base, [5, 6, 2])
+    port = _receipt(tmp_path / "b", "port", "mlx", base, [5, 6, 2])
+    _spoil(port, 1, engine="mlx", kind="word_flip", x=None)
+    doc = json.loads(port.read_text())
+    doc["tests"].append({"nodeid": "t.py::test_decode_vs_reference[mlx-arith]", "outcome": "passed",
+                         "data": {"kind": "decode", "request_sha256": "a" * 64, "max_abs": 0.0}})
+    port.write_text(json.dumps(doc))
+    assert main(["compare", str(ref), str(port), "--out", str(tmp_path / "c.json")]) == 0
+    assert "1 units matched, 0 only in the reference, 0 only in the port\n" in capsys.readouterr().out
+
+
+def test_compare_reference_with_itself_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--port-engine naming the reference's engine in the same run compares records with themselves (max 0,
+    a check that cannot fail): refused, exit 2. The same engine in another run (another machine) compares."""
+    base = _logits()
+    both = _d1_receipt(tmp_path / "a", "both", [("torch", "q1", _slot(1)), ("mlx", "q1", _slot(1))])
+    assert main(["compare", str(both), str(both), "--port-engine", "torch", "--out", str(tmp_path / "c.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "would be the reference's own ('torch' of the same run)" in err
+    only = _receipt(tmp_path / "b", "only", "torch", base, [5, 2])  # one engine: the default port is the same
+    assert main(["compare", str(only), str(only), "--out", str(tmp_path / "c.json")]) == 2
+    assert "cannot fail" in capsys.readouterr().err and not (tmp_path / "c.json").exists()
+    other = _receipt(tmp_path / "c", "other", "torch", base + np.float32(1e-4), [5, 2])
+    assert main(["compare", str(only), str(other), "--out", str(tmp_path / "c.json")]) == 0
+
+
+@pytest.mark.parametrize("option", ["--port-engine", "--ref-engine"])
+def test_compare_unknown_engine_names_those_present(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                    option: str) -> None:
+    both = _d1_receipt(tmp_path, "both", [("torch", "q1", _slot(1)), ("mlx", "q1", _slot(1))])
+    assert main(["compare", str(both), str(both), option, "nosuch", "--out", str(tmp_path / "c.json")]) == 2
+    assert capsys.readouterr().err == (f"oracles compare: error: {both}: holds no comparable records of engine 'nosuch'; "
+                                       f"engines present: mlx, torch (choose one with {option})\n")
+
+
+def test_compare_unmatched_reference_units_said_and_require_all(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Reference units the port did not run pass by default (a sample), and the summary line says so;
+    --require-all fails on them (exit 1) and says how many."""
+    a, b = _slot(1), _slot(2)
+    ref = _d1_receipt(tmp_path / "r", "ref", [("torch", "q1", a), ("torch", "q2", b)])
+    port = _d1_receipt(tmp_path / "p", "port", [("mlx", "q1", a)])
+    assert main(["compare", str(ref), str(port), "--out", str(tmp_path / "c1.json")]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.endswith("1 units matched, 1 only in the reference, 0 only in the port (not compared, not failed: "
+                          "a port may run a sample; --require-all fails on them)")
+    assert main(["compare", str(ref), str(port), "--require-all", "--out", str(tmp_path / "c2.json")]) == 1
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.endswith("; FAIL (--require-all): 1 reference units have no port unit")
+    result = json.loads((tmp_path / "c2.json").read_text())
+    assert result["require_all"] and not result["all_ok"] and result["rows"][0]["ok"]
+
+
+def test_compare_taken_out_refused_before_computing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A taken --out is refused first: no table printed, the file untouched, and it is called a comparison."""
+    base = _logits()
+    ref = _receipt(tmp_path / "a", "ref", "torch", base, [5, 2])
+    port = _receipt(tmp_path / "b", "port", "mlx", base, [5, 2])
+    out = tmp_path / "cmp.json"
+    out.write_text("keep")
+    assert main(["compare", str(ref), str(port), "--out", str(out)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and out.read_text() == "keep"
+    assert captured.err == f"oracles compare: error: {out}: already exists; a comparison is never overwritten (choose another --out)\n"
+
+
+def test_compare_renamed_pair_uses_the_namesake_npz(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """R.json + R.npz renamed from another run's names: the JSON's namesake sidecar is used, and said."""
+    base = _logits()
+    ref = _receipt(tmp_path / "a", "ref", "torch", base, [5, 6, 2])
+    port = _receipt(tmp_path / "b", "20261130T082303Z-c1f9296b", "mlx", base, [5, 6, 2])
+    renamed = port.with_name("R.json")
+    port.rename(renamed)
+    port.with_suffix(".npz").rename(renamed.with_suffix(".npz"))
+    out = tmp_path / "c.json"
+    assert main(["compare", str(ref), str(renamed), "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert text.splitlines()[0] == (f"{renamed}: npz sidecar {renamed.with_suffix('.npz')} (the recorded "
+                                    f"20261130T082303Z-c1f9296b.npz is missing; using the JSON's namesake)")
+    assert json.loads(out.read_text())["port_arrays"] == str(renamed.with_suffix(".npz"))
+    renamed.with_suffix(".npz").unlink()
+    assert main(["compare", str(ref), str(renamed), "--out", str(tmp_path / "c2.json")]) == 2
+    err = capsys.readouterr().err
+    assert "20261130T082303Z-c1f9296b.npz is missing, and so is" in err and "R.npz" in err
+
+
+def test_compare_diverged_sampled_generation_is_recorded_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A sampled generation whose tokens diverge holds nothing to a threshold: "recorded only" (ok null in
+    the JSON), never "ok"; a comparison holding only such rows is not a pass (exit 1). The headers name
+    what the token columns compare."""
+    base = _logits()
+    ref = _receipt(tmp_path / "a", "ref", "torch", base, [5, 6, 2])
+    port = _receipt(tmp_path / "b", "port", "mlx", base, [7, 2])
+    for path in (ref, port):
+        _spoil(path, 0, kind="generate-sampled")
+    out = tmp_path / "c.json"
+    assert main(["compare", str(ref), str(port), "--out", str(out)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert "prompt ids" in lines[1] and "gen tokens" in lines[1] and lines[1].endswith("status")
+    assert lines[3].split()[-3:] == ["div@0", "recorded", "only"] and " ok" not in lines[3] and "FAIL" not in lines[3]
+    assert lines[4].startswith("prompt ids: the input token ids are equal; gen tokens: the generated tokens")
+    row = json.loads(out.read_text())["rows"][0]
+    assert row["status"] == "recorded only" and row["ok"] is None and row["held"] == [] and row["failures"] == []
+    # the same tokens: the last logits are comparable and held
+    _spoil(port, 0, tokens=[5, 6, 2], argmax=[5, 6, 2])
+    assert main(["compare", str(ref), str(port), "--out", str(tmp_path / "c2.json")]) == 0
+    assert json.loads((tmp_path / "c2.json").read_text())["rows"][0]["held"] == ["logits"]
+
+
+def test_compare_npz_given_as_json_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ref = _receipt(tmp_path, "ref", "torch", _logits(), [5, 2])
+    assert main(["compare", str(ref.with_suffix(".npz")), str(ref), "--out", str(tmp_path / "c.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"oracles compare: error: {ref.with_suffix('.npz')}: not a UTF-8 text file") and err.count("\n") == 1
