@@ -154,16 +154,18 @@ def units_of(receipt: dict[str, Any], path: Path) -> list[Unit]:
     """Every comparable unit of a receipt (module docstring), in receipt order.
 
     Raises:
-        ReceiptError: the receipt has no ``tests`` list, or a read-out record's field is missing or
-            malformed (file, record nodeid and field named).
+        ReceiptError: the receipt has no ``tests`` list, an item of it is not an object, or a unit
+            record's field is missing or malformed (file, record nodeid and field named).
     """
     tests = receipt.get("tests")
     if not isinstance(tests, list):
         raise ReceiptError(f"{path}: field 'tests' is missing or not a list; not a receipt")
     out: list[Unit] = []
     for i, t in enumerate(tests):
-        data = t.get("data") if isinstance(t, dict) else None
-        test = str(t.get("nodeid") or f"tests[{i}]") if isinstance(t, dict) else f"tests[{i}]"
+        if not isinstance(t, dict):
+            raise ReceiptError(f"{path}: field 'tests[{i}]' is a JSON {type(t).__name__}, not a test record (an object)")
+        data = t.get("data")
+        test = str(t.get("nodeid") or f"tests[{i}]")
         if not (isinstance(data, dict) and _is_unit_record(data, path, test)):
             continue
         kind, sha = data["kind"], data["request_sha256"]

@@ -422,3 +422,13 @@ def test_compare_npz_given_as_json_exit_2(tmp_path: Path, capsys: pytest.Capture
     assert main(["compare", str(ref.with_suffix(".npz")), str(ref), "--out", str(tmp_path / "c.json")]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"oracles compare: error: {ref.with_suffix('.npz')}: not a UTF-8 text file") and err.count("\n") == 1
+
+
+def test_compare_test_record_not_an_object_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ref = _receipt(tmp_path, "ref", "torch", _logits(), [5, 2])
+    doc = json.loads(ref.read_text())
+    doc["tests"][1] = "t.py::test_other"
+    ref.write_text(json.dumps(doc))
+    assert main(["compare", str(ref), str(ref), "--out", str(tmp_path / "c.json")]) == 2
+    assert capsys.readouterr().err == (f"oracles compare: error: {ref}: field 'tests[1]' is a JSON str, not a test "
+                                       f"record (an object)\n")
