@@ -197,7 +197,8 @@ def parse_snapshot_options(values: list[str], pins_dir: Path = PINS_DIR) -> dict
     """``["NAME=PATH", ...]`` from ``--snapshot`` -> {name: path}.
 
     Raises:
-        PinError: a value without ``=``, or a NAME with no pin file (known pins listed).
+        PinError: a value without ``=``, a NAME with no pin file (known pins listed), or a PATH that is
+            not an existing folder (a snapshot is the folder holding the pinned files).
     """
     out: dict[str, Path] = {}
     for value in values:
@@ -206,7 +207,12 @@ def parse_snapshot_options(values: list[str], pins_dir: Path = PINS_DIR) -> dict
             raise PinError(f"--snapshot {value!r}: expected NAME=PATH")
         if not pin_path(name, pins_dir).is_file():
             raise PinError(f"--snapshot {value!r}: unknown pin {name!r}; known pins: {', '.join(available_pins(pins_dir))}")
-        out[name] = Path(path).expanduser().resolve()
+        root = Path(path).expanduser().resolve()
+        if not root.is_dir():
+            what = "is not a folder" if root.exists() else "does not exist"
+            raise PinError(f"--snapshot {value!r}: PATH {root} of pin {name!r} {what}; expected the snapshot folder "
+                           "holding the pinned files")
+        out[name] = root
     return out
 
 

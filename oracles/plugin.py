@@ -6,7 +6,9 @@ Imports here stay light (no torch, transformers or mlx): ``pytest -m dry`` must 
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -18,6 +20,7 @@ from oracles.errors import OracleError
 from oracles.pins import parse_snapshot_options
 from oracles.port_scope import PortScope
 from oracles.receipts import Receipt, load_records, plain_nodeid
+from oracles.resume import check_resume_source, partial_header
 from oracles.state import DATA_KEY, EVENTS_KEY, EnvironmentProbe, RunState
 
 STATE = pytest.StashKey[RunState]()
@@ -40,9 +43,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--runslow", action="store_true", default=False,
                     help="run tests marked slow (model loads, long oracles); default: %(default)r")
     group.addoption("--receipts-dir", default="receipts", metavar="DIR",
-                    help="folder receipts are written under, as DIR/TAG/<UTC time>-<run id>.json; default: %(default)r")
+                    help="folder receipts are written under, as DIR/TAG/<UTC time>-<run id>.json; write "
+                         "--receipts-dir=DIR when DIR exists; default: %(default)r")
     group.addoption("--receipt-tag", default="default", metavar="TAG",
-                    help="sub-folder of --receipts-dir for this run; default: %(default)r")
+                    help="sub-folder of --receipts-dir for this run (letters, digits, '.', '_', '-'); default: %(default)r")
     group.addoption("--no-receipt", action="store_true", default=False,
                     help="write no receipt, partial log or npz sidecar; default: %(default)r")
     group.addoption("--snapshot", action="append", default=[], metavar="NAME=PATH",
@@ -60,7 +64,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "sample), 'all', or N = records of at most N prompt tokens (see oracles/port_scope.py); "
                          "default: %(default)r")
     group.addoption("--resume", default=None, metavar="RECEIPT",
-                    help="a receipt or .partial.jsonl: skip the tests that passed there, carrying their records; default: %(default)r")
+                    help="a receipt or .partial.jsonl of a run with the same schema, --reference, --port and pins: "
+                         "skip the tests that passed there, carrying their records; write --resume=RECEIPT; "
+                         "default: %(default)r")
 
 
 def _is_worker(config: pytest.Config) -> bool:
@@ -76,6 +82,27 @@ def _runs_tests(opt: Any) -> bool:
     return not any(getattr(opt, name, False) for name in NO_RUN_OPTIONS)
 
 
+#: Our options whose value is a path. pytest picks rootdir and ini file before plugins load, from every
+#: argument that names an existing path: ``--resume /tmp/r.json`` as two words makes /tmp/r.json a "test
+#: path" for that choice (rootdir /tmp, pytest.ini dropped), though the value still reaches the option.
+PATH_OPTIONS = ("--resume", "--receipts-dir")
+#: A receipt tag is one folder name under --receipts-dir: no separator, no '.' or '..'.
+TAG = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def _check_path_words(args: list[str], invocation_dir: Path) -> None:
+    """Refuse a path option given as two words whose value is an existing path (see :data:`PATH_OPTIONS`).
+
+    Raises:
+        pytest.UsageError: one line naming the option, the value and the ``--option=VALUE`` form to write.
+    """
+    for flag, value in zip(args, args[1:]):
+        if flag in PATH_OPTIONS and value and not value.startswith("-") and (invocation_dir / value).exists():
+            raise pytest.UsageError(
+                f"{flag} {value}: write {flag}={value}: as two words, an existing path is read by pytest as a test "
+                "path when it picks the rootdir and ini file (before plugins load), which can drop pytest.ini")
+
+
 def _check_options(opt: Any) -> None:
     """Refuse option values that would otherwise fail late or, worse, skip every test quietly.
 
@@ -84,8 +111,12 @@ def _check_options(opt: Any) -> None:
     """
     if opt.oracle_threads < 0:
         raise pytest.UsageError(f"--oracle-threads {opt.oracle_threads}: expected 0 (library default) or a positive count")
-    if opt.deadline is not None and not opt.deadline > 0:
-        raise pytest.UsageError(f"--deadline {opt.deadline:g}: expected a positive number of seconds")
+    # inf would pass "> 0" and then break the receipt (strict JSON holds no inf); nan fails any comparison.
+    if opt.deadline is not None and not (math.isfinite(opt.deadline) and opt.deadline > 0):
+        raise pytest.UsageError(f"--deadline {opt.deadline:g}: expected a finite positive number of seconds")
+    if not TAG.fullmatch(opt.receipt_tag) or opt.receipt_tag in (".", ".."):
+        raise pytest.UsageError(f"--receipt-tag {opt.receipt_tag!r}: expected a folder name of letters, digits, "
+                                "'.', '_' and '-' (not '.' or '..'): it names one folder under --receipts-dir")
     try:
         PortScope.parse(opt.port_records)
     except ValueError as exc:
@@ -96,6 +127,14 @@ def _check_options(opt: Any) -> None:
 
         if engine_id not in BUILTIN and engine_id not in (known := registry()):
             raise pytest.UsageError(f"{flag} {engine_id!r}: unknown engine; known: {', '.join(sorted(known))}")
+    import oracles.engines as engines  # light: finds modules without importing them
+
+    # A port named explicitly that cannot run here would skip every test of it: a green run that held
+    # nothing. 'auto' means "the ports that can run here" and keeps skipping the others.
+    for engine_id in ports:
+        if engine_id != opt.reference and (reason := engines.unavailable_reason(engine_id)):
+            raise pytest.UsageError(f"--port {engine_id!r}: engine cannot run here: {reason}; drop it, or use "
+                                    "--port auto to run the ports that can")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -104,6 +143,8 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is ever fetched from a hub at run time
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     opt = config.option
+    if not _is_worker(config):  # a worker gets the controller's args after the controller made --receipts-dir
+        _check_path_words(list(config.invocation_params.args), Path(config.invocation_params.dir))
     try:  # a bad --snapshot stops the run here, not only when some test first asks for that pin
         parse_snapshot_options(list(opt.snapshot))
     except OracleError as exc:
@@ -124,10 +165,14 @@ def pytest_configure(config: pytest.Config) -> None:
             state.resume = load_records(Path(opt.resume))
         except OracleError as exc:
             raise pytest.UsageError(f"--resume: {exc}") from None
+        try:
+            state.resume_unchecked = check_resume_source(Path(opt.resume), opt.reference, opt.port)
+        except OracleError as exc:
+            raise pytest.UsageError(f"--resume {opt.resume}: {exc}; resume only from a run of the same setting") from None
         state.resume_path = str(opt.resume)
     if receipts_dir is not None:
         try:
-            state.open_partial()
+            state.open_partial(partial_header(opt.reference, opt.port))
         except OracleError as exc:
             raise pytest.UsageError(f"--receipts-dir: {exc}") from None
         state.environment_probe = EnvironmentProbe(config.rootpath, opt.oracle_threads)
@@ -236,7 +281,16 @@ class SessionHooks:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         config = self.config
         state = config.stash[STATE]
-        if not state.controller or state.folder is None or state.partial is None:
+        if not state.controller:
+            return
+        state.not_run_count = len(state.not_run())
+        if state.not_run_count and state.past_deadline() and session.exitstatus == pytest.ExitCode.OK:
+            # The run was cut, not failed: INTERRUPTED is pytest's own status for a session stopped
+            # before it ran every selected test (Ctrl-C, a collection error); TESTS_FAILED would claim
+            # a failure that did not happen. Either way not 0: a CI job must not go green on a cut run.
+            session.exitstatus = pytest.ExitCode.INTERRUPTED
+            exitstatus = session.exitstatus
+        if state.folder is None or state.partial is None:
             return
         opt = config.option
         invocation = {"args": list(config.invocation_params.args), "markexpr": opt.markexpr or None,
@@ -261,6 +315,8 @@ class SessionHooks:
         if state is None or not state.controller:
             return
         tr = terminalreporter
+        if state.receipt is None and state.not_run_count and state.past_deadline():  # --no-receipt: still say so
+            tr.write_line(f"not run: {state.not_run_count} tests (deadline passed)")
         if state.write_error:
             tr.write_sep("=", "oracles receipt NOT written", red=True)
             tr.write_line(state.write_error)
@@ -278,7 +334,8 @@ class SessionHooks:
             tr.write_line(f"not run: {len(not_run)} tests ({not_run[0]['reason']}); listed in the receipt")
         if state.resume_path:
             resumed = sum(1 for t in state.receipt["tests"] if t.get("resumed_from"))
-            tr.write_line(f"resumed: {resumed} tests carried over as passed from {state.resume_path}")
+            note = " (a partial log records no pins: not checked)" if state.resume_unchecked else ""
+            tr.write_line(f"resumed: {resumed} tests carried over as passed from {state.resume_path}{note}")
         for line in format_checks(state.receipt["checks"], state.receipt["all_ok"]):
             tr.write_line(line)
 

@@ -153,6 +153,7 @@ class RunState:
     controller: bool
     resume: dict[str, TestRecord] = field(default_factory=dict)
     resume_path: str | None = None
+    resume_unchecked: str | None = None  # what the --resume source could not be checked for (oracles.resume)
     pending_events: list[dict[str, Any]] = field(default_factory=list)  # worker side, drained per report
     events: list[dict[str, Any]] = field(default_factory=list)  # controller side, every event seen
     records: dict[str, TestRecord] = field(default_factory=dict)
@@ -164,6 +165,7 @@ class RunState:
     receipt_path: Path | None = None
     receipt: dict[str, Any] | None = None
     write_error: str | None = None
+    not_run_count: int = 0  # set at session end, before the receipt turns them into not_run records
 
     @classmethod
     def new(cls, receipts_dir: Path | None, tag: str, deadline: float | None, controller: bool,
@@ -188,8 +190,9 @@ class RunState:
     def staging(self) -> Path | None:
         return None if self.folder is None else self.folder / f".{self.stem}.arrays"
 
-    def open_partial(self) -> None:
-        """Create the receipt folder and the partial log (exclusively). Raises ReceiptError."""
+    def open_partial(self, header: dict[str, Any] | None = None) -> None:
+        """Create the receipt folder and the partial log (exclusively), its ``start`` line carrying
+        ``header`` (the setting a later ``--resume`` from it is checked against). Raises ReceiptError."""
         assert self.folder is not None
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
@@ -198,11 +201,18 @@ class RunState:
 
             raise ReceiptError(f"{self.folder}: receipts folder cannot be created: {exc.strerror or exc}") from exc
         self.partial = PartialLog(self.folder / f"{self.stem}.partial.jsonl")
-        self.partial.write({"event": "start", "run_id": self.run_id, "started": self.started})
+        self.partial.write({"event": "start", "run_id": self.run_id, "started": self.started, **(header or {})})
 
     # -- deadline ----------------------------------------------------------------------------
     def past_deadline(self) -> bool:
         return self.deadline is not None and time.time() - self.started_wall > self.deadline
+
+    def not_run(self) -> list[str]:
+        """Collected tests with no record yet (at session end: never started)."""
+        return [n for n in self.collected if n not in self.records]
+
+    def not_run_reason(self) -> str:
+        return "deadline passed" if self.past_deadline() else "session ended before it ran"
 
     # -- reports -> records ------------------------------------------------------------------
     def on_report(self, report: Any) -> TestRecord | None:
@@ -261,8 +271,8 @@ class RunState:
 
     # -- the receipt -------------------------------------------------------------------------
     def build(self, invocation: dict[str, Any], env: dict[str, Any], exitstatus: int) -> dict[str, Any]:
-        not_run = [n for n in self.collected if n not in self.records]
-        reason = "deadline passed" if self.past_deadline() else "session ended before it ran"
+        not_run = self.not_run()
+        reason = self.not_run_reason()
         for nodeid in not_run:
             check, record_id = split_nodeid(nodeid)
             self.records[nodeid] = TestRecord(nodeid=nodeid, family="unit", check=check, record_id=record_id,
@@ -281,11 +291,13 @@ class RunState:
             "pins": _pins(self.events),
             "engines": _engines(self.events),
             "resumed_from": self.resume_path,
+            "resume_unchecked": self.resume_unchecked,
             "collection_errors": self.collection_errors,
             "not_run": [{"nodeid": n, "reason": reason} for n in not_run],
             "tests": [r.to_json() for r in records],
             "checks": table,
-            "all_ok": all_ok(table),
+            # A cut run (deadline, Ctrl-C) is not "all ok" even when every test it ran passed.
+            "all_ok": all_ok(table) and not not_run,
         }
 
     def write(self, receipt: dict[str, Any]) -> Path:

@@ -106,7 +106,7 @@ def test_receipts_dir_that_is_a_file_is_a_usage_error(pytester: pytest.Pytester)
     pytester.makepyfile("def test_a():\n    pass\n")
     blocker = pytester.path / "blocked"
     blocker.write_text("not a folder")
-    result = pytester.runpytest("--receipts-dir", str(blocker))
+    result = pytester.runpytest(f"--receipts-dir={blocker}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     errors = [ln for ln in result.stderr.lines if ln.startswith("ERROR:")]
     assert len(errors) == 1, result.stderr.str()
@@ -119,7 +119,7 @@ def test_tag_folder_that_is_a_file_is_a_usage_error(pytester: pytest.Pytester, r
     pytester.makepyfile("def test_a():\n    pass\n")
     (pytester.path / "out").mkdir()
     (pytester.path / "out" / "mine").write_text("x")
-    result = pytester.runpytest("--receipts-dir", "out", "--receipt-tag", "mine")
+    result = pytester.runpytest("--receipts-dir=out", "--receipt-tag", "mine")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["ERROR: --receipts-dir: *out/mine*cannot be created*"])
     assert receipt_files(pytester.path / "out")["json"] == []
@@ -150,7 +150,7 @@ def test_receipt_header_names_the_target(pytester: pytest.Pytester) -> None:
 
 @pytest.mark.parametrize(("args", "expected"), [
     (("--oracle-threads", "-2"), "ERROR: --oracle-threads -2: expected 0 (library default) or a positive count"),
-    (("--deadline", "0"), "ERROR: --deadline 0: expected a positive number of seconds"),
+    (("--deadline", "0"), "ERROR: --deadline 0: expected a finite positive number of seconds"),
     (("--reference", "nope"), "ERROR: --reference 'nope': unknown engine; known: mlx, mtplx, torch*"),
     (("--port", "mlx,nope"), "ERROR: --port 'nope': unknown engine; known: mlx, mtplx, torch*"),
 ])

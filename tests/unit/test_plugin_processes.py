@@ -83,7 +83,7 @@ def test_killed_run_leaves_partial_log_and_resumes(pytester: pytest.Pytester, mo
     assert lines[2]["data"] == {"kept": [1, 2]}
 
     monkeypatch.setenv("ORACLES_TEST_KILL", "0")
-    resumed = pytester.runpytest("--receipts-dir", "two", "--resume", str(partial), "-rs")
+    resumed = pytester.runpytest("--receipts-dir", "two", f"--resume={partial}", "-rs")
     resumed.assert_outcomes(passed=2, skipped=2)
     resumed.stdout.fnmatch_lines([f"SKIPPED [[]2[]] *resume: passed in {partial}"])
     _, receipt = only_receipt(pytester.path / "two")
@@ -137,7 +137,7 @@ def test_xdist_checks_table_equals_serial(pytester: pytest.Pytester, only_receip
     assert {t["nodeid"]: t["outcome"] for t in two["tests"]} == {t["nodeid"]: t["outcome"] for t in one["tests"]}
     assert {t["worker"] for t in two["tests"]} == {"gw0", "gw1"}
     serial_receipt, _ = only_receipt(pytester.path / "serial")
-    resumed = pytester.runpytest_subprocess("--receipts-dir", "n2r", "-n", "2", "--resume", str(serial_receipt))
+    resumed = pytester.runpytest_subprocess("--receipts-dir", "n2r", "-n", "2", f"--resume={serial_receipt}")
     resumed.assert_outcomes(skipped=10, failed=1, xfailed=1)  # the 9 that passed are skipped on the workers
     _, three = only_receipt(pytester.path / "n2r")
     assert three["checks"] == one["checks"]
