@@ -154,4 +154,5 @@ def test_snapshot_option_errors(pins_dir: Path, value: str, message: str) -> Non
 
 
 def test_snapshot_option_resolves_path(pins_dir: Path, tmp_path: Path) -> None:
+    (tmp_path / "snap").mkdir()  # the PATH must be an existing folder
     assert parse_snapshot_options([f"tiny={tmp_path}/a/../snap"], pins_dir) == {"tiny": tmp_path / "snap"}

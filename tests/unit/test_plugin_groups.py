@@ -43,7 +43,7 @@ def test_loadgroup_keeps_a_group_on_one_worker(pytester: pytest.Pytester,
         workers[t["check"]].add(t["worker"])
     assert len(workers["test_a"]) == 1 and len(workers["test_b"]) == 1, f"groups split over workers: {dict(workers)}"
     assert {t["data"]["i"] for t in receipt["tests"] if t["check"] == "test_a"} == set(range(6))
-    again = pytester.runpytest_subprocess("--receipts-dir", "two", "-n", "2", "--dist", "loadgroup", "--resume", str(path))
+    again = pytester.runpytest_subprocess("--receipts-dir", "two", "-n", "2", "--dist", "loadgroup", f"--resume={path}")
     again.assert_outcomes(skipped=16)  # every test passed in the first receipt: matched by plain nodeid
     _, resumed = only_receipt(pytester.path / "two")
     assert sum(1 for t in resumed["tests"] if t["resumed_from"] == str(path)) == 16

@@ -142,7 +142,7 @@ def test_resume_from_receipt_skips_what_passed(pytester: pytest.Pytester, receip
     (receipt1,) = receipt_files(pytester.path / "one")["json"]
     (pytester.path / "fail_p2").unlink()
 
-    second = pytester.runpytest("--receipts-dir", "two", "--resume", str(receipt1), "-rs")
+    second = pytester.runpytest("--receipts-dir", "two", f"--resume={receipt1}", "-rs")
     second.assert_outcomes(passed=1, skipped=3)
     second.stdout.fnmatch_lines([f"resumed: 2 tests carried over as passed from {receipt1}",
                                  f"SKIPPED [[]1[]] *resume: passed in {receipt1}",
