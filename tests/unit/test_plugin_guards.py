@@ -65,7 +65,9 @@ def test_deadline_not_reached_exits_zero(pytester: pytest.Pytester) -> None:
 
 
 def test_deadline_cut_under_xdist_exits_nonzero(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(DEADLINE_SUITE)
+    # Four tests of 0.6 s on two workers against a 0.3 s deadline: each worker starts at most one.
+    pytester.makepyfile("import time, pytest\n\n@pytest.mark.parametrize('i', range(4))\n"
+                        "def test_long(i):\n    time.sleep(0.6)\n")
     result = pytester.runpytest_subprocess("--no-receipt", "-n", "2", "--deadline", "0.3")
     assert result.ret == pytest.ExitCode.INTERRUPTED, result.stdout.str()
     result.stdout.fnmatch_lines(["not run: * tests (deadline passed)"])
