@@ -86,18 +86,6 @@ class CohortRun:
     seconds: dict[str, float] = field(default_factory=dict)
 
 
-def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
-    """The first index where ``a`` and ``b`` differ (a length difference counts), or None.
-
-    >>> first_divergence([1, 2, 3], [1, 5, 3])
-    1
-    """
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
-
-
 def run_cohort(engine: Any, lanes: Sequence[Lane], steps: int) -> CohortRun:
     """Prefill each lane, snapshot it, then decode ``steps`` greedy steps serially and as a cohort.
 

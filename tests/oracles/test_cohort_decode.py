@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 
 from oracles.checks.exact import diff
+from oracles.checks.port import first_divergence
 from oracles.families import execution as ex
-from oracles.families.cohort_decode import CohortRun, Lane, cut_lanes, first_divergence, run_cohort
+from oracles.families.cohort_decode import CohortRun, Lane, cut_lanes, run_cohort
 
 pytestmark = [pytest.mark.mtplx, pytest.mark.slow]
 
