@@ -124,17 +124,16 @@ def _check_options(opt: Any) -> None:
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
     ports = [] if opt.port in ("auto", "none") else [p.strip() for p in opt.port.split(",") if p.strip()]
-    for flag, engine_id in [("--reference", opt.reference), *(("--port", p) for p in ports)]:
-        from oracles.engines import BUILTIN, registry  # light; registry() scans entry points, so only when needed
+    # Light: finds engine modules without importing them; registry() scans entry points, so only when needed.
+    from oracles.engines import BUILTIN, registry, unavailable_reason
 
+    for flag, engine_id in [("--reference", opt.reference), *(("--port", p) for p in ports)]:
         if engine_id not in BUILTIN and engine_id not in (known := registry()):
             raise pytest.UsageError(f"{flag} {engine_id!r}: unknown engine; known: {', '.join(sorted(known))}")
-    import oracles.engines as engines  # light: finds modules without importing them
-
     # A port named explicitly that cannot run here would skip every test of it: a green run that held
     # nothing. 'auto' means "the ports that can run here" and keeps skipping the others.
     for engine_id in ports:
-        if engine_id != opt.reference and (reason := engines.unavailable_reason(engine_id)):
+        if engine_id != opt.reference and (reason := unavailable_reason(engine_id)):
             raise pytest.UsageError(f"--port {engine_id!r}: engine cannot run here: {reason}; drop it, or use "
                                     "--port auto to run the ports that can")
 
