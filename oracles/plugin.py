@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from oracles.engines.base import Unsupported
 from oracles.errors import OracleError
 from oracles.pins import parse_snapshot_options
 from oracles.port_scope import PortScope
@@ -237,6 +238,24 @@ def _one_line(config: pytest.Config, excinfo: pytest.ExceptionInfo[BaseException
     if excinfo is None or not excinfo.errisinstance(OracleError) or config.option.tbstyle != "auto":
         return None
     return f"{excinfo.typename}: {excinfo.value}"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Any:
+    """A test whose engine lacks a capability (:class:`~oracles.engines.base.Unsupported`) is skipped, naming both."""
+    try:
+        return (yield)
+    except Unsupported as exc:
+        pytest.skip(f"unsupported: {exc}")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(fixturedef: Any, request: pytest.FixtureRequest) -> Any:
+    """An engine fixture that raises :class:`~oracles.engines.base.Unsupported` skips its tests, naming both."""
+    try:
+        return (yield)
+    except Unsupported as exc:
+        pytest.skip(f"unsupported: {exc}")
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -1,28 +1,81 @@
-"""The engine protocol: what the reference and every port implement, numpy at the boundary.
+"""The engine base class: what the reference and every port implement, numpy at the boundary.
 
 All arrays crossing the boundary are float32 numpy arrays (``<f4``); token ids are Python ints.
-A *cache* is the engine's own KV-cache object (opaque to the checks); a *snapshot* is an independent
-copy of one that :meth:`Engine.restore` turns back into a live cache.
+A *cache* is the engine's own cache object (KV rows, and recurrent/conv state on hybrid models;
+opaque to the checks); a *snapshot* is an independent copy of one that :meth:`Engine.restore` turns
+back into a live cache.
+
+Capabilities are methods with defaults, in the manner of mlx-lm's cache classes (``is_trimmable()``
+returns False there): a default that cannot serve raises :class:`Unsupported`, which the plugin turns
+into a skip naming engine and capability, never a pass. Families ask capabilities, never engine ids:
+a port that is the reference's own class registered under another id must pass everything the
+reference passes.
+
+This module imports numpy only; an adapter imports its framework inside its own module, lazily, so
+the registry can ask :meth:`Engine.unavailable_reason` without loading torch or mlx.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence, runtime_checkable
+from pathlib import Path
+from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
 
+class Unsupported(NotImplementedError):
+    """An engine lacks a capability a check needs; the plugin reports the test as skipped with
+    ``"engine E cannot CAPABILITY: why"`` (a check that cannot run is never a pass)."""
+
+    def __init__(self, engine: str, capability: str, why: str = "") -> None:
+        self.engine, self.capability, self.why = engine, capability, why
+        super().__init__(f"engine {engine!r} cannot {capability}" + (f": {why}" if why else ""))
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """What a forward reads: token ids and, for a vision-language model, the pictures its
+    placeholders stand for, in the order the placeholders appear.
+
+    images: PIL images or ``uint8`` arrays ``[H, W, 3]``; videos: each a sequence of such frames.
+    """
+
+    ids: tuple[int, ...]
+    images: tuple[Any, ...] = ()
+    videos: tuple[tuple[Any, ...], ...] = ()
+
+    @property
+    def has_media(self) -> bool:
+        return bool(self.images or self.videos)
+
+
+def as_prompt(prompt: Prompt | Sequence[int]) -> Prompt:
+    """A :class:`Prompt` from a Prompt or a plain sequence of token ids (ints)."""
+    if isinstance(prompt, Prompt):
+        return prompt
+    return Prompt(tuple(int(i) for i in prompt))
+
+
 @dataclass
 class Step:
-    """One forward over ``T`` new tokens.
+    """One forward over ``T`` new tokens (the last ``keep`` when ``keep > 0``).
 
-    logits: ``[T, V]`` float32, the lm_head output for each new position.
-    hidden: ``[T, D]`` float32, the final-norm hidden states the lm_head read.
+    logits: ``[T, V]`` float32, the LM head's output for each position.
+    hidden: ``[T, D]`` float32, the final-norm hidden states the head read.
+    layers: ``[L + 1, T, D]`` float32 or None: the residual stream after the embedding (row 0) and
+        after each of the ``L`` decoder layers, before the final norm (``forward(layers=True)``).
+    positions: ``[3, T]`` int64 or None: the rotary position planes (temporal, height, width) the
+        text model received, where the engine uses M-RoPE.
     """
 
     logits: np.ndarray
     hidden: np.ndarray
+    layers: np.ndarray | None = None
+    positions: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -66,7 +119,211 @@ class Generation:
         return n / self.decode_seconds if self.decode_seconds > 0 else 0.0
 
 
-def check_forward_length(engine: Any, cached: int, new: int) -> None:
+def hub_offline() -> None:
+    """Forbid hub downloads before a framework library is imported: ``HF_HUB_OFFLINE=1`` and
+    ``TRANSFORMERS_OFFLINE=1`` (huggingface_hub reads them once, at import). Called by each engine's
+    loader and by the snapshot builders, never at plugin import: a project that did not ask for
+    pytest-oracles keeps its environment."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+def digest_buffers(buffers: dict[str, np.ndarray]) -> str:
+    """sha256 over ``buffers`` in their order: each name, its shape as JSON, its ``<f4`` bytes."""
+    h = hashlib.sha256()
+    for name, a in buffers.items():
+        arr = np.ascontiguousarray(a, dtype="<f4")
+        h.update(name.encode() + b"\0" + json.dumps(list(arr.shape)).encode())
+        h.update(arr.tobytes())
+    return h.hexdigest()
+
+
+class Engine:
+    """One framework's adapter. Subclasses set :attr:`id` and the model facts in ``__init__``.
+
+    Built as ``Engine(root, pin, threads)``: ``root`` the verified snapshot folder, ``pin`` its pin
+    name (recorded with every figure), ``threads`` the intra-op thread count (0: the library's own).
+
+    Attributes every engine sets: ``pin``, ``root``, ``vocab_size``, ``hidden_size``,
+    ``num_layers`` (decoder layers ``L``), ``eos_token_ids``, ``max_context`` (0: no limit), and
+    ``tokenizer`` (an object with Hugging Face's ``apply_chat_template`` and ``decode``: a
+    transformers tokenizer or mlx-lm's ``TokenizerWrapper``).
+    """
+
+    id: ClassVar[str] = ""
+
+    pin: str
+    root: Path
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    eos_token_ids: frozenset[int]
+    max_context: int
+    tokenizer: Any
+
+    def __init__(self, root: Path, pin: str, threads: int = 0) -> None:
+        self.root, self.pin, self.threads = Path(root), pin, threads
+
+    # -- where it can run ------------------------------------------------------------------
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        """Why this engine cannot run on this machine (a missing library, another platform), or
+        None. Must not import the framework: the registry asks it at collection."""
+        return None
+
+    @classmethod
+    def unsupported_pin(cls, model_class: str, config: dict[str, Any]) -> str | None:
+        """Why this engine cannot load a snapshot of ``model_class`` with ``config`` (its
+        config.json), or None when it can; the tests of that (engine, pin) are skipped with it."""
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        """What the receipt records about this engine: id, class, dtype, device, versions, threads,
+        and ``config_overrides`` (every translation the adapter applied to the snapshot's config)."""
+        return {"engine": self.id, "class": f"{type(self).__module__}.{type(self).__qualname__}"}
+
+    def _unsupported(self, capability: str, why: str = "") -> Unsupported:
+        return Unsupported(self.id, capability, why)
+
+    # -- tokenizer (shared: transformers and mlx-lm tokenizers speak the same API) -------------
+    def chat_ids(self, messages: Sequence[dict[str, str]], add_generation_prompt: bool = True) -> list[int]:
+        """Token ids of ``messages`` rendered by the snapshot's chat template.
+
+        Raises:
+            Unsupported: the snapshot's tokenizer has no chat template.
+        """
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise self._unsupported("render a chat", f"pin {self.pin} has no chat template")
+        ids = self.tokenizer.apply_chat_template(list(messages), add_generation_prompt=add_generation_prompt,
+                                                 tokenize=True, return_dict=False)
+        return [int(i) for i in ids]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of ``ids``, special tokens kept."""
+        return str(self.tokenizer.decode(list(ids), skip_special_tokens=False))
+
+    # -- forward and head ------------------------------------------------------------------
+    def forward(self, prompt: Prompt | Sequence[int], cache: Any | None = None, keep: int = 0,
+                layers: bool = False) -> Step:
+        """Run ``prompt`` after what ``cache`` holds (appending to it); ``cache=None`` is a cold prefill.
+
+        ``keep > 0`` returns the last ``keep`` positions only (a long prefill's ``[T, V]`` logits can
+        be gigabytes); ``keep == 0`` every position. ``layers=True`` fills :attr:`Step.layers`.
+
+        Raises:
+            ValueError: an empty prompt, or one that passes :attr:`max_context`
+                (:func:`check_forward_length`).
+            Unsupported: images for a text-only engine; ``layers=True`` where the engine cannot tap them.
+        """
+        raise self._unsupported("forward")
+
+    def lm_head(self, hidden: np.ndarray) -> np.ndarray:
+        """``[T, D]`` final-norm hidden states -> ``[T, V]`` logits through the engine's own head."""
+        raise self._unsupported("re-run its LM head")
+
+    def final_norm(self, residual: np.ndarray) -> np.ndarray:
+        """``[T, D]`` residual stream after the last layer -> ``[T, D]`` through the model's final norm."""
+        raise self._unsupported("re-run its final norm")
+
+    def text_ids(self, prompt: Prompt | Sequence[int]) -> list[int]:
+        """The token ids of a text-only prompt.
+
+        Raises:
+            Unsupported: the prompt carries images or video (a text-only engine cannot read them).
+        """
+        p = as_prompt(prompt)
+        if p.has_media:
+            raise self._unsupported("read images or video", "a text-only engine")
+        return list(p.ids)
+
+    # -- cache -----------------------------------------------------------------------------
+    def make_cache(self) -> Any:
+        """An empty cache for :meth:`forward`."""
+        raise self._unsupported("make a cache")
+
+    def cache_length(self, cache: Any) -> int:
+        """Positions ``cache`` holds (0 for None)."""
+        raise self._unsupported("measure a cache")
+
+    def is_trimmable(self, cache: Any) -> bool:
+        """Whether :meth:`trim` can cut ``cache`` (False where it holds recurrent state that folds
+        every position in: the families then roll back by :meth:`snapshot` / :meth:`restore`)."""
+        return False
+
+    def trim(self, cache: Any, n: int) -> bool:
+        """Drop the last ``n`` positions in place; True when done, False when this cache cannot be cut
+        (nothing changed)."""
+        return n == 0
+
+    def snapshot(self, cache: Any) -> Any:
+        """An independent copy of ``cache``: later forwards on ``cache`` do not change it."""
+        raise self._unsupported("snapshot a cache")
+
+    def restore(self, snapshot: Any) -> Any:
+        """A fresh live cache holding what ``snapshot`` holds; the snapshot stays unchanged."""
+        raise self._unsupported("restore a cache")
+
+    def snapshot_buffers(self, snapshot: Any) -> dict[str, np.ndarray]:
+        """Every buffer of a snapshot as float32 arrays, valid rows only, named
+        ``layers.<i>.<keys|values|conv_state|recurrent_state>`` in layer order."""
+        raise self._unsupported("list a snapshot's buffers")
+
+    def snapshot_digest(self, snapshot: Any) -> str:
+        """sha256 over every buffer of a snapshot (:func:`digest_buffers` of :meth:`snapshot_buffers`)."""
+        return digest_buffers(self.snapshot_buffers(snapshot))
+
+    def buffer_digests(self, snapshot: Any) -> dict[str, str]:
+        """Per buffer of a snapshot, its own sha256 (so a mismatch names the buffer)."""
+        return {name: digest_buffers({name: a}) for name, a in self.snapshot_buffers(snapshot).items()}
+
+    def cache_buffers(self, cache: Any) -> dict[str, np.ndarray]:
+        """A live cache's buffers, as :meth:`snapshot_buffers` names them (a copy)."""
+        return self.snapshot_buffers(self.snapshot(cache))
+
+    # -- batched decode --------------------------------------------------------------------
+    def decode_cohort(self, tokens: Sequence[int], caches: Sequence[Any]) -> Step:
+        """Advance ``B`` lanes by one token each in one batched forward of the framework.
+
+        Lane ``b`` is ``tokens[b]`` appended after what ``caches[b]`` holds; the caches are live caches
+        of this engine and may hold different lengths. Each lane is placed at its own positions, so
+        the result is, up to the float32 reordering of a ``B``-row matmul, what
+        ``forward([tokens[b]], caches[b], keep=1)`` would give lane by lane.
+
+        Returns:
+            Step with logits ``[B, V]`` and hidden ``[B, D]`` float32; row ``b`` is lane ``b``.
+
+        Side effects: each ``caches[b]`` gains lane ``b``'s token and stays usable by :meth:`forward`
+        and :meth:`decode_cohort`; snapshots are untouched.
+
+        Raises:
+            ValueError: see :func:`check_cohort`.
+            Unsupported: the engine has no batched decode.
+        """
+        raise self._unsupported("decode a cohort of lanes in one batch")
+
+    # -- generation ------------------------------------------------------------------------
+    def generate(self, prompt: Prompt | Sequence[int], sampler: Sampler, max_new_tokens: int,
+                 max_kv_size: int | None = None) -> Generation:
+        """The framework's own generation from a cold prompt. ``max_kv_size`` bounds the cache (a
+        rotating window) where the framework has one.
+
+        Raises:
+            Unsupported: no generation, or no bounded cache when ``max_kv_size`` is given.
+        """
+        raise self._unsupported("generate with its own library code")
+
+    def speculative(self, prompt: Prompt | Sequence[int], draft: "Engine", num_draft: int, max_new_tokens: int,
+                    max_kv_size: int | None = None) -> Generation:
+        """The framework's own greedy speculative (assisted) generation with ``draft``, ``num_draft``
+        drafts a cycle; ``extra["from_draft"]`` per token where the library reports it.
+
+        Raises:
+            Unsupported: the library has no speculative generation for this model or cache.
+        """
+        raise self._unsupported("run its library's speculative generation")
+
+
+def check_forward_length(engine: Engine, cached: int, new: int) -> None:
     """Refuse an empty forward, or one whose ``cached + new`` positions pass ``engine.max_context``
     (the model config's ``max_position_embeddings``; 0 means no limit).
 
@@ -80,10 +337,10 @@ def check_forward_length(engine: Any, cached: int, new: int) -> None:
                          f"{engine.max_context} (max_position_embeddings of {engine.pin})")
 
 
-def check_cohort(engine: Any, tokens: Sequence[int], caches: Sequence[Any]) -> None:
-    """Refuse a decode cohort that cannot run: ``len(tokens) != len(caches)``, no lanes, one cache
-    object given for two lanes (both would append to it), or a lane whose one new token would pass
-    ``engine.max_context`` (:func:`check_forward_length` per lane).
+def check_cohort(engine: Engine, tokens: Sequence[int], caches: Sequence[Any]) -> None:
+    """Refuse a decode cohort that cannot run: ``len(tokens) != len(caches)``, no lanes, a missing
+    cache, one cache object given for two lanes (both would append to it), or a lane whose one new
+    token would pass ``engine.max_context`` (:func:`check_forward_length` per lane).
 
     Raises:
         ValueError: naming the counts, or the lane and its cached length.
@@ -106,77 +363,5 @@ def check_cohort(engine: Any, tokens: Sequence[int], caches: Sequence[Any]) -> N
             raise ValueError(f"decode_cohort: lane {b}: {exc}") from None
 
 
-@runtime_checkable
-class Engine(Protocol):
-    """One framework's adapter. ``id`` is the engine id used in test ids ("torch", "mlx", ...)."""
-
-    id: str
-    pin: str
-    vocab_size: int
-    hidden_size: int
-    eos_token_ids: frozenset[int]
-    max_context: int
-
-    def chat_ids(self, messages: Sequence[dict[str, str]], add_generation_prompt: bool = True) -> list[int]:
-        """Token ids of ``messages`` rendered by the snapshot's chat template."""
-        ...
-
-    def decode(self, ids: Sequence[int]) -> str: ...
-
-    def make_cache(self) -> Any:
-        """An empty KV cache for :meth:`forward`."""
-        ...
-
-    def forward(self, ids: Sequence[int], cache: Any | None = None, keep: int = 0) -> Step:
-        """Run ``ids`` after what ``cache`` holds (appending to it); ``cache=None`` is a cold prefill.
-
-        ``keep > 0`` returns logits and hidden states of the last ``keep`` positions only (a long
-        prefill's full ``[T, V]`` logits can be gigabytes); ``keep == 0`` returns every position.
-        """
-        ...
-
-    def lm_head(self, hidden: np.ndarray) -> np.ndarray:
-        """``[T, D]`` final-norm hidden states -> ``[T, V]`` logits through the engine's own head."""
-        ...
-
-    def cache_length(self, cache: Any) -> int: ...
-
-    def snapshot(self, cache: Any) -> Any:
-        """An independent copy of ``cache``; later forwards on ``cache`` do not change it."""
-        ...
-
-    def restore(self, snapshot: Any) -> Any:
-        """A fresh live cache holding what ``snapshot`` holds (the snapshot stays unchanged)."""
-        ...
-
-    def snapshot_digest(self, snapshot: Any) -> str:
-        """sha256 over every buffer of a snapshot as little-endian float32, with shapes."""
-        ...
-
-    def decode_cohort(self, tokens: Sequence[int], caches: Sequence[Any]) -> Step:
-        """Advance ``B`` lanes by one token each in one batched forward of the framework.
-
-        Lane ``b`` is ``tokens[b]`` appended after what ``caches[b]`` holds; the caches are live KV
-        caches of this engine (from :meth:`make_cache` / :meth:`forward` / :meth:`restore`) and may
-        hold different lengths. Each lane is placed at its own positions (left padding, an attention
-        mask and per-lane positions, or the framework's batch cache), so the result is, up to the
-        float32 reordering of a ``B``-row matmul, what ``forward([tokens[b]], caches[b], keep=1)``
-        would give lane by lane.
-
-        Returns:
-            Step with logits ``[B, V]`` and hidden ``[B, D]`` float32; row ``b`` is lane ``b``'s
-            next-token logits and the final-norm hidden state they were read from.
-
-        Side effects: each ``caches[b]`` gains lane ``b``'s token (its :meth:`cache_length` grows by
-        one) and stays usable by :meth:`forward` and :meth:`decode_cohort`; snapshots are untouched.
-
-        Raises:
-            ValueError: ``len(tokens) != len(caches)``, ``B == 0``, one cache object given for two
-                lanes, or a lane whose cached length + 1 passes :attr:`max_context`
-                (:func:`check_cohort`).
-        """
-        ...
-
-    def generate(self, ids: Sequence[int], sampler: Sampler, max_new_tokens: int) -> Generation:
-        """Generate with the framework's own generation code from a cold prompt."""
-        ...
+__all__ = ["Engine", "Generation", "Prompt", "Sampler", "Step", "Unsupported", "as_prompt",
+           "check_cohort", "check_forward_length", "digest_buffers", "hub_offline"]

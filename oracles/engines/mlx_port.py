@@ -12,21 +12,38 @@ with the wrong rotary frequencies (measured on "ping": max |Δlogit| 9.96, argma
 the adapter passes ``rope_theta`` (and a non-default ``rope_scaling``) through mlx-lm's own
 ``model_config`` override.
 
-mlx and mlx-lm are imported here only; importing this module needs them installed.
+mlx and mlx-lm are imported when the engine is built (``mx`` is a lazy module), so the registry can
+import this file and ask :meth:`MlxPort.unavailable_reason` on a machine without them.
 """
 
 from __future__ import annotations
 
-import hashlib
+import importlib
+import importlib.util
 import json
+import platform
 import time
 from pathlib import Path
 from typing import Any, Sequence
 
-import mlx.core as mx
 import numpy as np
 
-from oracles.engines.base import Generation, Sampler, Step, check_cohort, check_forward_length
+from oracles.engines.base import (Engine, Generation, Prompt, Sampler, Step, check_cohort,
+                                  check_forward_length, hub_offline)
+
+
+class _LazyModule:
+    """A module imported at its first attribute access, so the registry can import this file (and ask
+    :meth:`MlxPort.unavailable_reason`) on a machine without mlx."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(importlib.import_module(self._name), attr)
+
+
+mx: Any = _LazyModule("mlx.core")
 
 
 def rope_overrides(config: dict[str, Any]) -> dict[str, Any]:
@@ -43,7 +60,23 @@ def rope_overrides(config: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-class MlxPort:
+class _LayerTap:
+    """Stands in for one decoder layer during a ``layers=True`` forward: calls it and keeps its
+    output (the residual stream after the layer); every other attribute is the layer's own."""
+
+    def __init__(self, layer: Any, rows: list[Any]) -> None:
+        self._layer, self._rows = layer, rows
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        out = self._layer(*args, **kwargs)
+        self._rows.append(out)
+        return out
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self._layer, attr)
+
+
+class MlxPort(Engine):
     """mlx-lm model and tokenizer from a verified snapshot, float32, MLX default device.
 
     Args:
@@ -57,67 +90,103 @@ class MlxPort:
 
     id = "mlx"
 
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        if importlib.util.find_spec("mlx") is None or importlib.util.find_spec("mlx_lm") is None:
+            extra = "mlx[cpu]" if platform.system() == "Linux" else "mlx"
+            return f"mlx-lm is not installed (pip install 'pytest-oracles[mlx]', which brings {extra})"
+        return None
+
     def __init__(self, root: Path, pin: str, threads: int = 0) -> None:
+        super().__init__(root, pin, threads)
+        hub_offline()
         import mlx_lm
+        from mlx.utils import tree_flatten
         from mlx_lm.utils import load
 
-        self.pin, self.root, self.threads = pin, Path(root), threads
         config = json.loads((self.root / "config.json").read_text())
-        self.overrides = rope_overrides(config)
+        self.overrides = self.config_overrides(config)
         self.model, self.tokenizer = load(str(self.root), model_config=self.overrides or None)
-        from mlx.utils import tree_flatten
-
         dtypes = {str(v.dtype) for _, v in tree_flatten(self.model.parameters())}
         if dtypes != {"mlx.core.float32"}:
             raise TypeError(f"mlx port of {pin}: parameters are {sorted(dtypes)}, not float32 only")
         args = self.model.args
-        self.vocab_size = int(args.vocab_size)
-        self.hidden_size = int(args.hidden_size)
-        self.max_context = int(getattr(args, "max_position_embeddings", 0) or 0)
+        text = getattr(args, "text_config", None)
+        text = text if isinstance(text, dict) else vars(args)
+        self.vocab_size = int(text["vocab_size"])
+        self.hidden_size = int(text["hidden_size"])
+        self.num_layers = len(self.model.model.layers)
+        self.max_context = int(text.get("max_position_embeddings", 0) or 0)
         self.eos_token_ids = frozenset(int(i) for i in self.tokenizer.eos_token_ids)
-        self.tied = bool(getattr(args, "tie_word_embeddings", False))
+        self.tied = bool(text.get("tie_word_embeddings", False))
         self.mlx_lm_version = mlx_lm.__version__
 
+    def config_overrides(self, config: dict[str, Any]) -> dict[str, Any]:
+        """The ``model_config`` entries mlx-lm needs to read ``config`` as transformers does (recorded
+        in :meth:`describe`): the RoPE base of ``rope_parameters`` (:func:`rope_overrides`)."""
+        return rope_overrides(config)
+
     def describe(self) -> dict[str, Any]:
-        return {"engine": self.id, "class": f"mlx_lm.models.{self.model.model_type}.Model", "dtype": "float32",
-                "device": str(mx.default_device()), "mlx": str(mx.__version__), "mlx_lm": str(self.mlx_lm_version),
-                "threads": self.threads or None, "config_overrides": self.overrides}
-
-    # -- tokenizer ----------------------------------------------------------------------------
-    def chat_ids(self, messages: Sequence[dict[str, str]], add_generation_prompt: bool = True) -> list[int]:
-        ids = self.tokenizer.apply_chat_template(list(messages), add_generation_prompt=add_generation_prompt,
-                                                 tokenize=True, return_dict=False)
-        return [int(i) for i in ids]
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return str(self.tokenizer.decode(list(ids), skip_special_tokens=False))
+        return {**super().describe(), "model_class": f"mlx_lm.models.{self.model.model_type}.Model",
+                "dtype": "float32", "device": str(mx.default_device()), "mlx": str(mx.__version__),
+                "mlx_lm": str(self.mlx_lm_version), "threads": self.threads or None,
+                "config_overrides": self.overrides}
 
     # -- forward and cache --------------------------------------------------------------------
     def make_cache(self, max_kv_size: int | None = None) -> list[Any]:
-        """mlx-lm's prompt cache: ``KVCache`` per layer, or ``RotatingKVCache(max_kv_size, keep=4)``."""
+        """mlx-lm's prompt cache (the model's own ``make_cache`` where it has one: ``KVCache`` per
+        attention layer, ``ArraysCache`` per recurrent layer), or ``RotatingKVCache(max_kv_size, keep=4)``."""
         from mlx_lm.models.cache import make_prompt_cache
 
         return make_prompt_cache(self.model, max_kv_size=max_kv_size)
 
     def cache_length(self, cache: Any) -> int:
-        return int(cache[0].offset) if cache else 0
+        return next((int(c.offset) for c in cache or [] if hasattr(c, "offset")), 0)
 
-    def forward(self, ids: Sequence[int], cache: Any | None = None, keep: int = 0) -> Step:
+    def forward(self, prompt: Prompt | Sequence[int], cache: Any | None = None, keep: int = 0,
+                layers: bool = False) -> Step:
         """Same contract as the reference: the hidden states are the final norm's output (what the
-        model's own ``__call__`` feeds the tied embedding head), the logits that head's output."""
+        model's own ``__call__`` feeds its head), the logits that head's output. ``layers=True`` wraps
+        each entry of the model's layer list for the call (:class:`_LayerTap`) and takes row 0 from
+        the embedding table."""
+        ids = self.text_ids(prompt)
         check_forward_length(self, self.cache_length(cache), len(ids))
-        x = mx.array([list(ids)], dtype=mx.int32)
-        hidden = self.model.model(x, cache)[0]
+        x = mx.array([ids], dtype=mx.int32)
+        inner = self.model.model
+        rows: list[Any] = []
+        if layers:
+            rows.append(inner.embed_tokens(x))
+            inner.layers[:] = [_LayerTap(layer, rows) for layer in inner.layers]
+        try:
+            hidden = inner(x, cache)[0]
+        finally:
+            if layers:
+                inner.layers[:] = [tap._layer for tap in inner.layers]
         if keep:
             hidden = hidden[-keep:]
         logits = self._head(hidden)
-        mx.eval(hidden, logits)
-        return Step(logits=np.array(logits, dtype=np.float32), hidden=np.array(hidden, dtype=np.float32))
+        mx.eval(hidden, logits, *rows)
+        stream = None
+        if layers:
+            stream = np.stack([np.array(r[0], dtype=np.float32) for r in rows])
+            stream = stream[:, -keep:] if keep else stream
+        return Step(logits=np.array(logits, dtype=np.float32), hidden=np.array(hidden, dtype=np.float32), layers=stream)
 
     def _head(self, hidden: Any) -> Any:
         if self.tied:
             return self.model.model.embed_tokens.as_linear(hidden)
-        return self.model.lm_head(hidden)
+        holder = getattr(self.model, "language_model", self.model)
+        return holder.lm_head(hidden)
+
+    def lm_head(self, hidden: np.ndarray) -> np.ndarray:
+        out = self._head(mx.array(np.ascontiguousarray(hidden, dtype=np.float32)))
+        mx.eval(out)
+        return np.array(out, dtype=np.float32)
+
+    def final_norm(self, residual: np.ndarray) -> np.ndarray:
+        out = self.model.model.norm(mx.array(np.ascontiguousarray(residual, dtype=np.float32)))
+        mx.eval(out)
+        return np.array(out, dtype=np.float32)
 
     def decode_cohort(self, tokens: Sequence[int], caches: Sequence[Any]) -> Step:
         """One token for each of ``B`` lanes in one batched mlx-lm forward (contract:
@@ -132,7 +201,7 @@ class MlxPort:
 
         Raises:
             ValueError: see :func:`oracles.engines.base.check_cohort`.
-            TypeError: a lane's layer is not a plain ``KVCache`` (a rotating window is not supported).
+            Unsupported: a lane's layer is not a plain ``KVCache`` (a rotating window, recurrent state).
         """
         from mlx_lm.models.cache import KVCache
 
@@ -140,7 +209,8 @@ class MlxPort:
         for b, lane in enumerate(caches):
             odd = {type(c).__name__ for c in lane if type(c) is not KVCache}
             if odd:
-                raise TypeError(f"decode_cohort: lane {b} has {sorted(odd)} layers; only KVCache is supported")
+                raise self._unsupported("decode a cohort of these caches", f"lane {b} has {sorted(odd)} layers; "
+                                        "only KVCache is merged")
         batch = [KVCache.merge([lane[layer] for lane in caches]) for layer in range(len(caches[0]))]
         x = mx.array([[int(t)] for t in tokens], dtype=mx.int32)
         hidden = self.model.model(x, batch)[:, -1]
@@ -153,55 +223,66 @@ class MlxPort:
                 lane[layer].keys, lane[layer].values, lane[layer].offset = part.keys, part.values, part.offset
         return Step(logits=np.array(logits, dtype=np.float32), hidden=np.array(hidden, dtype=np.float32))
 
-    def lm_head(self, hidden: np.ndarray) -> np.ndarray:
-        out = self._head(mx.array(np.ascontiguousarray(hidden, dtype=np.float32)))
-        mx.eval(out)
-        return np.array(out, dtype=np.float32)
+    def is_trimmable(self, cache: Any) -> bool:
+        """mlx-lm's own answer (``can_trim_prompt_cache``): every layer's ``is_trimmable()``; False for
+        recurrent layers and for a ``RotatingKVCache`` that has wrapped."""
+        from mlx_lm.models.cache import can_trim_prompt_cache
+
+        return bool(can_trim_prompt_cache(cache))
 
     def trim(self, cache: Any, n: int) -> bool:
-        """Drop the last ``n`` cached positions in place; False (nothing dropped) when a layer cannot
-        (a ``RotatingKVCache`` that has wrapped past its size)."""
-        from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
+        """Drop the last ``n`` cached positions in place; False (nothing dropped) when a layer cannot."""
+        from mlx_lm.models.cache import trim_prompt_cache
 
         if n == 0:
             return True
-        if not can_trim_prompt_cache(cache):
+        if not self.is_trimmable(cache):
             return False
-        return trim_prompt_cache(cache, n) == n
+        return bool(trim_prompt_cache(cache, n) == n)
 
-    def snapshot(self, cache: Any) -> list[tuple[np.ndarray, np.ndarray, int, str]]:
-        """Per layer: keys ``[1, H_kv, L, d]`` and values as float32 numpy copies, the offset, the class."""
+    def snapshot(self, cache: Any) -> list[dict[str, Any]]:
+        """Per layer ``{"class", "offset", "arrays": {name: float32 numpy copy}}``: a ``KVCache``'s
+        keys and values ``[1, H_kv, L, d]`` up to its offset; an ``ArraysCache``'s state arrays
+        (conv state, recurrent state). Numpy copies, because ``update_and_fetch`` writes into the
+        mx buffers in place.
+
+        Raises:
+            Unsupported: a layer of another cache class (a ``RotatingKVCache``).
+        """
         out = []
         for c in cache:
-            if c.keys is None:
-                out.append((np.zeros((0,), "<f4"), np.zeros((0,), "<f4"), 0, type(c).__name__))
-                continue
-            k, v = c.keys[..., : c.offset, :], c.values[..., : c.offset, :]
-            if type(c).__name__ != "KVCache":
-                raise TypeError(f"snapshot: {type(c).__name__} layers are not supported, only KVCache")
-            mx.eval(k, v)
-            out.append((np.array(k, dtype=np.float32), np.array(v, dtype=np.float32), int(c.offset), "KVCache"))
+            name = type(c).__name__
+            if name == "KVCache":
+                arrays = {} if c.keys is None else {"keys": c.keys[..., : c.offset, :], "values": c.values[..., : c.offset, :]}
+            elif name == "ArraysCache":
+                arrays = {_state_name(k, len(c.cache)): a for k, a in enumerate(c.cache) if a is not None}
+            else:
+                raise self._unsupported("snapshot this cache", f"{name} layers (only KVCache and ArraysCache)")
+            mx.eval(*arrays.values())
+            out.append({"class": name, "offset": int(getattr(c, "offset", 0)), "size": len(getattr(c, "cache", ())),
+                        "arrays": {k: np.array(a, dtype=np.float32) for k, a in arrays.items()}})
         return out
 
     def restore(self, snapshot: Any) -> list[Any]:
-        from mlx_lm.models.cache import KVCache
+        from mlx_lm.models.cache import ArraysCache, KVCache
 
-        cache = []
-        for k, v, offset, _cls in snapshot:
-            c = KVCache()
-            if offset:
-                c.keys, c.values, c.offset = mx.array(k), mx.array(v), offset
+        cache: list[Any] = []
+        for entry in snapshot:
+            arrays = entry["arrays"]
+            if entry["class"] == "KVCache":
+                c = KVCache()
+                if arrays:
+                    c.keys, c.values, c.offset = mx.array(arrays["keys"]), mx.array(arrays["values"]), entry["offset"]
+            else:
+                c = ArraysCache(entry["size"])
+                for k in range(entry["size"]):
+                    a = arrays.get(_state_name(k, entry["size"]))
+                    c[k] = None if a is None else mx.array(a)
             cache.append(c)
         return cache
 
-    def snapshot_digest(self, snapshot: Any) -> str:
-        h = hashlib.sha256()
-        for k, v, offset, _cls in snapshot:
-            for a in (k, v):
-                h.update(json.dumps(list(a.shape)).encode())
-                h.update(np.ascontiguousarray(a, dtype="<f4").tobytes())
-            h.update(str(offset).encode())
-        return h.hexdigest()
+    def snapshot_buffers(self, snapshot: Any) -> dict[str, np.ndarray]:
+        return {f"layers.{i}.{name}": a for i, entry in enumerate(snapshot) for name, a in entry["arrays"].items()}
 
     # -- generation ---------------------------------------------------------------------------
     def _sampler(self, sampler: Sampler) -> Any:
@@ -212,7 +293,7 @@ class MlxPort:
             return make_sampler(temp=0.0)
         return make_sampler(temp=sampler.temperature, top_p=sampler.top_p, top_k=sampler.top_k)
 
-    def generate(self, ids: Sequence[int], sampler: Sampler, max_new_tokens: int,
+    def generate(self, prompt: Prompt | Sequence[int], sampler: Sampler, max_new_tokens: int,
                  max_kv_size: int | None = None) -> Generation:
         """mlx-lm's own ``generate_step`` (greedy, or sampled after ``mx.random.seed(seed)``).
 
@@ -227,11 +308,11 @@ class MlxPort:
             raw.append(logits)
             return logits
 
-        steps = generate_step(mx.array(list(ids), dtype=mx.int32), self.model, max_tokens=max_new_tokens,
+        steps = generate_step(mx.array(self.text_ids(prompt), dtype=mx.int32), self.model, max_tokens=max_new_tokens,
                               sampler=self._sampler(sampler), logits_processors=[capture], max_kv_size=max_kv_size)
         return self._collect(steps, raw, extra={"max_kv_size": max_kv_size})
 
-    def speculative(self, ids: Sequence[int], draft: "MlxPort", num_draft: int, max_new_tokens: int,
+    def speculative(self, prompt: Prompt | Sequence[int], draft: Engine, num_draft: int, max_new_tokens: int,
                     max_kv_size: int | None = None) -> Generation:
         """mlx-lm's own ``speculative_generate_step``, greedy, ``num_draft`` drafts a cycle.
 
@@ -241,10 +322,12 @@ class MlxPort:
         """
         from mlx_lm.generate import speculative_generate_step
 
+        if not isinstance(draft, MlxPort):
+            raise self._unsupported("draft with another framework's model", f"draft engine {draft.id!r}")
         cache, flags = None, []
         if max_kv_size is not None:
             cache = self.make_cache(max_kv_size) + draft.make_cache(max_kv_size)
-        steps = speculative_generate_step(mx.array(list(ids), dtype=mx.int32), self.model, draft.model,
+        steps = speculative_generate_step(mx.array(self.text_ids(prompt), dtype=mx.int32), self.model, draft.model,
                                           num_draft_tokens=num_draft, max_tokens=max_new_tokens,
                                           sampler=self._sampler(Sampler()), prompt_cache=cache)
         return self._collect(((t, lp) for t, lp, _d in _note_drafts(steps, flags)), [],
@@ -276,3 +359,9 @@ def _note_drafts(steps: Any, flags: list[bool]) -> Any:
     for token, logprobs, from_draft in steps:
         flags.append(bool(from_draft))
         yield token, logprobs, from_draft
+
+
+def _state_name(k: int, size: int) -> str:
+    """The name of state ``k`` of an ``ArraysCache`` of ``size`` states (mlx-lm's recurrent layers
+    hold ``[conv state, recurrent state]``)."""
+    return ("conv_state", "recurrent_state")[k] if size == 2 else f"state.{k}"

@@ -13,13 +13,15 @@ none, so :meth:`MtplxPort.speculative` refuses, naming why.
 
 from __future__ import annotations
 
+import importlib.util
+import platform
 import time
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
-from oracles.engines.base import Generation, Sampler
+from oracles.engines.base import Engine, Generation, Prompt, Sampler
 from oracles.engines.mlx_port import MlxPort
 
 
@@ -27,6 +29,14 @@ class MtplxPort(MlxPort):
     """mtplx's runtime over the mlx-lm model of a verified snapshot (float32, MLX default device)."""
 
     id = "mtplx"
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        if not (platform.system() == "Darwin" and platform.machine() == "arm64"):
+            return f"mtplx imports only on macOS arm64, this is {platform.system()} {platform.machine()}"
+        if importlib.util.find_spec("mtplx") is None:
+            return "mtplx is not installed"
+        return super().unavailable_reason()
 
     def __init__(self, root: Path, pin: str, threads: int = 0) -> None:
         import mtplx  # noqa: F401  (the registry checked the platform; fail here, loudly, if it is missing)
@@ -40,11 +50,16 @@ class MtplxPort(MlxPort):
 
         return {**super().describe(), "engine": self.id, "mtplx": str(getattr(mtplx, "__version__", "unknown"))}
 
-    def generate(self, ids: Sequence[int], sampler: Sampler, max_new_tokens: int,
+    def generate(self, prompt: Prompt | Sequence[int], sampler: Sampler, max_new_tokens: int,
                  max_kv_size: int | None = None) -> Generation:
-        """mtplx's ``generate_ar`` to a stop token or ``max_new_tokens`` (greedy when temperature is 0)."""
+        """mtplx's ``generate_ar`` to a stop token or ``max_new_tokens`` (greedy when temperature is 0).
+
+        Raises:
+            Unsupported: ``max_kv_size`` (``generate_ar`` has no bounded cache).
+        """
         if max_kv_size is not None:
-            raise NotImplementedError("mtplx generate_ar has no max_kv_size; the window case runs on mlx only")
+            raise self._unsupported("bound its KV cache (max_kv_size)", "mtplx generate_ar has no max_kv_size")
+        ids = self.text_ids(prompt)
         from mtplx.generation import generate_ar
         from mtplx.sampling import SamplerConfig
 
@@ -60,5 +75,7 @@ class MtplxPort(MlxPort):
                           step_logits=logits, prefill_seconds=prefill, decode_seconds=(end - start) - prefill,
                           extra={"runtime": "mtplx.generate_ar", "only_final_logits": True})
 
-    def speculative(self, *args: Any, **kwargs: Any) -> Generation:
-        raise NotImplementedError("mtplx speculative decoding is MTP (generate_mtpk): SmolLM2 has no MTP head")
+    def speculative(self, prompt: Prompt | Sequence[int], draft: Engine, num_draft: int, max_new_tokens: int,
+                    max_kv_size: int | None = None) -> Generation:
+        raise self._unsupported("run speculative decoding with a separate draft",
+                                "mtplx speculates with an MTP head (generate_mtpk), which this model lacks")

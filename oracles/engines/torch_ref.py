@@ -1,26 +1,54 @@
-"""The reference engine: the provider's transformers code, float32, CPU, ``torch.inference_mode``.
+"""The reference engine: the provider's transformers code, float32, ``torch.inference_mode``, on the CPU.
 
-The final-norm hidden states are captured with a forward hook on the model's final norm module
-(``model.model.norm`` for Llama-family classes), so the head re-run reads exactly what lm_head read.
+The final-norm hidden states are captured with a forward hook on the decoder's final norm module, so
+the head re-run reads exactly what the LM head read; ``forward(layers=True)`` adds hooks' captures of
+the embedding output and every decoder layer's output (the residual stream). Nothing in the model is
+replaced. torch and transformers are imported when the engine is built, not with this module: the
+registry asks :meth:`TorchReference.unavailable_reason` at collection.
 """
 
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
+import functools
+import importlib.util
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
 import numpy as np
-import torch
 
-from oracles.engines.base import Generation, Sampler, Step, check_cohort, check_forward_length
+from oracles.engines.base import (Engine, Generation, Prompt, Sampler, Step, check_cohort, check_forward_length,
+                                  hub_offline)
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
-class TorchReference:
-    """transformers ``AutoModelForCausalLM`` from a verified snapshot, float32 on the CPU.
+def inference_mode(fn: F) -> F:
+    """``torch.inference_mode()`` around ``fn``, importing torch at call time, not at decoration."""
+    @functools.wraps(fn)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        import torch
+
+        with torch.inference_mode():
+            return fn(*args, **kwargs)
+
+    return wrapped  # type: ignore[return-value]
+
+
+def _as_list(value: Any) -> list[int]:
+    if value is None:
+        return []
+    return [int(v) for v in value] if isinstance(value, (list, tuple)) else [int(value)]
+
+
+def _tensor_out(output: Any) -> Any:
+    """A module's output tensor (decoder layers of some classes return a tuple headed by it)."""
+    return output[0] if isinstance(output, tuple) else output
+
+
+class TorchReference(Engine):
+    """transformers ``AutoModelForCausalLM`` from a verified snapshot, float32 on :attr:`device`.
 
     Args:
         root: the snapshot folder (config, weights, tokenizer, chat template).
@@ -29,44 +57,50 @@ class TorchReference:
     """
 
     id = "torch"
+    device = "cpu"
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        for module, extra in (("torch", "torch"), ("transformers", "torch")):
+            if importlib.util.find_spec(module) is None:
+                return f"{module} is not installed (pip install 'pytest-oracles[{extra}]')"
+        return None
 
     def __init__(self, root: Path, pin: str, threads: int = 0) -> None:
+        super().__init__(root, pin, threads)
+        hub_offline()
+        import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         if threads > 0:
             torch.set_num_threads(threads)
-        self.pin, self.root = pin, Path(root)
         self.tokenizer = AutoTokenizer.from_pretrained(self.root)
-        self.model = AutoModelForCausalLM.from_pretrained(self.root, dtype=torch.float32, device_map="cpu").eval()
+        self.model = AutoModelForCausalLM.from_pretrained(self.root, dtype=torch.float32,
+                                                          device_map=self.device).eval()
         cfg = self.model.config
         self.vocab_size = int(cfg.vocab_size)
         self.hidden_size = int(cfg.hidden_size)
+        self.num_layers = int(cfg.num_hidden_layers)
         self.max_context = int(getattr(cfg, "max_position_embeddings", 0) or 0)
         self.eos_token_ids = frozenset(_as_list(self.model.generation_config.eos_token_id or cfg.eos_token_id))
         self.tied = bool(getattr(cfg, "tie_word_embeddings", False))
-        norm = self.model.get_decoder().norm
-        self._captured: list[torch.Tensor] = []
-        norm.register_forward_hook(lambda _m, _i, out: self._captured.append(out))
+        self._decoder = self.model.get_decoder()
+        self._captured: list[Any] = []
+        self._layer_rows: list[Any] | None = None  # set while a layers=True forward runs
+        self._decoder.norm.register_forward_hook(lambda _m, _i, out: self._captured.append(out))
+        self._decoder.embed_tokens.register_forward_hook(self._tap_layer)
+        for layer in self._decoder.layers:
+            layer.register_forward_hook(self._tap_layer)
+
+    def _tap_layer(self, _module: Any, _inputs: Any, output: Any) -> None:
+        if self._layer_rows is not None:
+            self._layer_rows.append(_tensor_out(output))
 
     def describe(self) -> dict[str, Any]:
-        return {"engine": self.id, "class": type(self.model).__name__, "threads": torch.get_num_threads(),
-                "dtype": "float32", "device": "cpu", "torch": str(torch.__version__)}
+        import torch
 
-    # -- tokenizer ----------------------------------------------------------------------------
-    def chat_ids(self, messages: Sequence[dict[str, str]], add_generation_prompt: bool = True) -> list[int]:
-        ids = self.tokenizer.apply_chat_template(list(messages), add_generation_prompt=add_generation_prompt,
-                                                 tokenize=True, return_dict=False)
-        return [int(i) for i in ids]
-
-    def chat_text(self, messages: Sequence[dict[str, str]], add_generation_prompt: bool = True) -> str:
-        return str(self.tokenizer.apply_chat_template(list(messages), add_generation_prompt=add_generation_prompt,
-                                                      tokenize=False))
-
-    def encode(self, text: str) -> list[int]:
-        return [int(i) for i in self.tokenizer.encode(text, add_special_tokens=False)]
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return str(self.tokenizer.decode(list(ids), skip_special_tokens=False))
+        return {**super().describe(), "model_class": type(self.model).__name__, "threads": torch.get_num_threads(),
+                "dtype": "float32", "device": self.device, "torch": str(torch.__version__)}
 
     # -- forward and cache --------------------------------------------------------------------
     def make_cache(self) -> Any:
@@ -77,19 +111,87 @@ class TorchReference:
     def cache_length(self, cache: Any) -> int:
         return int(cache.get_seq_length()) if cache is not None else 0
 
-    @torch.inference_mode()
-    def forward(self, ids: Sequence[int], cache: Any | None = None, keep: int = 0) -> Step:
+    def _ids_tensor(self, rows: Sequence[Sequence[int]]) -> Any:
+        import torch
+
+        return torch.tensor([list(r) for r in rows], dtype=torch.long, device=self.device)
+
+    @inference_mode
+    def forward(self, prompt: Prompt | Sequence[int], cache: Any | None = None, keep: int = 0,
+                layers: bool = False) -> Step:
+        ids = self.text_ids(prompt)
         check_forward_length(self, self.cache_length(cache), len(ids))
         self._captured.clear()
-        x = torch.tensor([list(ids)], dtype=torch.long)
-        out = self.model(input_ids=x, cache=cache, use_cache=cache is not None, logits_to_keep=keep)
-        hidden = self._captured[-1][0]
+        self._layer_rows = [] if layers else None
+        try:
+            out = self.model(input_ids=self._ids_tensor([ids]), cache=cache, use_cache=cache is not None,
+                             logits_to_keep=keep)
+            hidden = self._captured[-1][0]
+            stream = None
+            if layers:
+                stream = np.stack([_to_f4(t[0]) for t in self._layer_rows or []])
+                stream = stream[:, -keep:] if keep else stream
+        finally:
+            self._captured.clear()
+            self._layer_rows = None
         if keep:
             hidden = hidden[-keep:]
-        self._captured.clear()
-        return Step(logits=out.logits[0].float().numpy().copy(), hidden=hidden.float().numpy().copy())
+        return Step(logits=_to_f4(out.logits[0]), hidden=_to_f4(hidden), layers=stream)
 
-    @torch.inference_mode()
+    @inference_mode
+    def lm_head(self, hidden: np.ndarray) -> np.ndarray:
+        return _to_f4(self.model.get_output_embeddings()(self._from_f4(hidden)))
+
+    @inference_mode
+    def final_norm(self, residual: np.ndarray) -> np.ndarray:
+        self._captured.clear()
+        out = _to_f4(self._decoder.norm(self._from_f4(residual)))
+        self._captured.clear()
+        return out
+
+    def _from_f4(self, a: np.ndarray) -> Any:
+        import torch
+
+        return torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32)).to(self.device)
+
+    def is_trimmable(self, cache: Any) -> bool:
+        """A transformers cache can be cropped when every layer can: attention layers always,
+        linear-attention layers only with past recording on (``is_croppable``)."""
+        return all(_croppable(layer) for layer in cache.layers)
+
+    def trim(self, cache: Any, n: int) -> bool:
+        """Drop the last ``n`` cached positions in place (``DynamicCache.crop(-n)``: transformers 5
+        takes the count to remove as a negative int); False when a layer cannot be cropped."""
+        if n == 0:
+            return True
+        if not self.is_trimmable(cache):
+            return False
+        cache.crop(-n)
+        return True
+
+    def snapshot(self, cache: Any) -> Any:
+        return copy.deepcopy(cache)
+
+    def restore(self, snapshot: Any) -> Any:
+        return copy.deepcopy(snapshot)
+
+    def snapshot_buffers(self, snapshot: Any) -> dict[str, np.ndarray]:
+        """Per layer: ``keys`` / ``values`` ``[1, H_kv, L, d]`` of attention layers, ``conv_state`` /
+        ``recurrent_state`` of linear-attention layers (``.<k>`` suffixed when a layer holds several)."""
+        out: dict[str, np.ndarray] = {}
+        for i, layer in enumerate(snapshot.layers):
+            for name in ("keys", "values"):
+                t = getattr(layer, name, None)
+                if t is not None:
+                    out[f"layers.{i}.{name}"] = _to_f4(t)
+            for name, states in (("conv_state", getattr(layer, "conv_states", None)),
+                                 ("recurrent_state", getattr(layer, "recurrent_states", None))):
+                for k, t in (states or {}).items():
+                    if t is not None:
+                        out[f"layers.{i}.{name}" + (f".{k}" if len(states) > 1 else "")] = _to_f4(t)
+        return out
+
+    @inference_mode
     def decode_cohort(self, tokens: Sequence[int], caches: Sequence[Any]) -> Step:
         """One token for each of ``B`` lanes in one batched transformers forward (contract:
         :meth:`oracles.engines.base.Engine.decode_cohort`).
@@ -102,6 +204,7 @@ class TorchReference:
         column) is appended to lane ``b``'s own cache with ``DynamicCache.update``, so each lane cache
         is what a serial one-token forward leaves, and the batch cache is dropped.
         """
+        import torch
         from transformers import DynamicCache
 
         check_cohort(self, tokens, caches)
@@ -121,51 +224,36 @@ class TorchReference:
                 keys.append(torch.nn.functional.pad(k, pad))
                 values.append(torch.nn.functional.pad(v, pad))
             batch.update(torch.cat(keys), torch.cat(values), layer)
-        mask = torch.zeros((len(caches), width + 1), dtype=torch.long)
+        mask = torch.zeros((len(caches), width + 1), dtype=torch.long, device=self.device)
         for b, n in enumerate(lengths):
             mask[b, width - n:] = 1
-        positions = torch.tensor([[n] for n in lengths], dtype=torch.long)
-        x = torch.tensor([[int(t)] for t in tokens], dtype=torch.long)
+        positions = torch.tensor([[n] for n in lengths], dtype=torch.long, device=self.device)
         self._captured.clear()
-        out = self.model(input_ids=x, attention_mask=mask, position_ids=positions, cache=batch, use_cache=True)
+        out = self.model(input_ids=self._ids_tensor([[int(t)] for t in tokens]), attention_mask=mask,
+                         position_ids=positions, cache=batch, use_cache=True)
         hidden = self._captured[-1][:, -1]
         self._captured.clear()
         for layer, entry in enumerate(batch.layers):
             for b, c in enumerate(caches):
                 c.update(entry.keys[b:b + 1, :, -1:].clone(), entry.values[b:b + 1, :, -1:].clone(), layer)
-        return Step(logits=out.logits[:, -1].float().numpy().copy(), hidden=hidden.float().numpy().copy())
-
-    @torch.inference_mode()
-    def lm_head(self, hidden: np.ndarray) -> np.ndarray:
-        h = torch.from_numpy(np.ascontiguousarray(hidden, dtype=np.float32))
-        return self.model.get_output_embeddings()(h).float().numpy().copy()
-
-    def snapshot(self, cache: Any) -> Any:
-        return copy.deepcopy(cache)
-
-    def restore(self, snapshot: Any) -> Any:
-        return copy.deepcopy(snapshot)
-
-    def snapshot_digest(self, snapshot: Any) -> str:
-        h = hashlib.sha256()
-        for layer in snapshot.layers:
-            for name in ("keys", "values"):
-                t = getattr(layer, name, None)
-                if t is None:
-                    h.update(b"N")
-                    continue
-                a = t.detach().float().contiguous().numpy().astype("<f4")
-                h.update(json.dumps(list(a.shape)).encode())
-                h.update(a.tobytes())
-        return h.hexdigest()
+        return Step(logits=_to_f4(out.logits[:, -1]), hidden=_to_f4(hidden))
 
     # -- generation ---------------------------------------------------------------------------
-    @torch.inference_mode()
-    def generate(self, ids: Sequence[int], sampler: Sampler, max_new_tokens: int) -> Generation:
-        """transformers' own ``generate`` (greedy, or sampled with ``torch.manual_seed(seed)``)."""
+    @inference_mode
+    def generate(self, prompt: Prompt | Sequence[int], sampler: Sampler, max_new_tokens: int,
+                 max_kv_size: int | None = None) -> Generation:
+        """transformers' own ``generate`` (greedy, or sampled with ``torch.manual_seed(seed)``).
+
+        Raises:
+            Unsupported: ``max_kv_size``: a ``DynamicCache`` has no size limit to set.
+        """
+        import torch
         from transformers import GenerationConfig
 
-        x = torch.tensor([list(ids)], dtype=torch.long)
+        if max_kv_size is not None:
+            raise self._unsupported("bound its KV cache (max_kv_size)", "transformers' DynamicCache has no size "
+                                    "limit; its one limit, max_position_embeddings, is refused by forward")
+        ids = self.text_ids(prompt)
         cfg = GenerationConfig(max_new_tokens=max_new_tokens, do_sample=not sampler.greedy,
                                eos_token_id=sorted(self.eos_token_ids), pad_token_id=min(self.eos_token_ids),
                                output_logits=True, return_dict_in_generate=True,
@@ -174,36 +262,37 @@ class TorchReference:
         torch.manual_seed(sampler.seed)
         timer = _FirstTokenTimer()
         start = time.perf_counter()
-        out = self.model.generate(x, generation_config=cfg, streamer=timer)
+        out = self.model.generate(self._ids_tensor([ids]), generation_config=cfg, streamer=timer)
         end = time.perf_counter()
         tokens = [int(t) for t in out.sequences[0, len(ids):]]
         finish = "stop" if tokens and tokens[-1] in self.eos_token_ids else "length"
-        logits = torch.stack([s[0] for s in out.logits]).float().numpy() if out.logits else np.zeros((0, self.vocab_size), "<f4")
+        logits = (np.stack([_to_f4(s[0]) for s in out.logits]) if out.logits
+                  else np.zeros((0, self.vocab_size), "<f4"))
         first = timer.first_token_at or end
         return Generation(tokens=tokens, text=self.decode(tokens), finish_reason=finish, step_logits=logits,
                           prefill_seconds=first - start, decode_seconds=end - first)
 
-
-    # -- speculative (added for the mtplx speculative oracles) --------------------------------
-    def trim(self, cache: Any, n: int) -> bool:
-        """Drop the last ``n`` cached positions in place (``DynamicCache.crop(-n)``: transformers 5 takes
-        the count to remove as a negative int); always possible here."""
-        if n:
-            cache.crop(-n)
-        return True
-
-    @torch.inference_mode()
-    def speculative(self, ids: Sequence[int], draft: "TorchReference", num_draft: int, max_new_tokens: int) -> Generation:
+    @inference_mode
+    def speculative(self, prompt: Prompt | Sequence[int], draft: Engine, num_draft: int, max_new_tokens: int,
+                    max_kv_size: int | None = None) -> Generation:
         """transformers' own assisted generation, greedy: ``generate(assistant_model=draft.model)``
-        with a constant ``num_draft`` draft tokens a cycle (no confidence cut-off)."""
+        with a constant ``num_draft`` draft tokens a cycle (no confidence cut-off).
+
+        Raises:
+            Unsupported: ``max_kv_size`` (see :meth:`generate`), or a draft that is not a transformers model.
+        """
         from transformers import GenerationConfig
 
-        x = torch.tensor([list(ids)], dtype=torch.long)
+        if max_kv_size is not None:
+            raise self._unsupported("bound its KV cache (max_kv_size)", "transformers' DynamicCache has no size limit")
+        if not isinstance(draft, TorchReference):
+            raise self._unsupported("draft with another framework's model", f"draft engine {draft.id!r}")
+        ids = self.text_ids(prompt)
         cfg = GenerationConfig(max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=sorted(self.eos_token_ids),
                                pad_token_id=min(self.eos_token_ids), num_assistant_tokens=num_draft,
                                num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0)
         start = time.perf_counter()
-        out = self.model.generate(x, generation_config=cfg, assistant_model=draft.model)
+        out = self.model.generate(self._ids_tensor([ids]), generation_config=cfg, assistant_model=draft.model)
         end = time.perf_counter()
         tokens = [int(t) for t in out[0, len(ids):]]
         if self.eos_token_ids & set(tokens):  # assisted generation may run past a stop inside an accepted window
@@ -212,6 +301,18 @@ class TorchReference:
         return Generation(tokens=tokens, text=self.decode(tokens), finish_reason=finish,
                           step_logits=np.zeros((0, self.vocab_size), "<f4"), prefill_seconds=0.0,
                           decode_seconds=end - start, extra={"num_draft": num_draft, "assisted": True})
+
+
+def _croppable(layer: Any) -> bool:
+    """A cache layer's ``is_croppable``: a class attribute on attention layers, a method on linear ones."""
+    value = getattr(layer, "is_croppable", True)
+    return bool(value() if callable(value) else value)
+
+
+def _to_f4(t: Any) -> np.ndarray:
+    """A torch tensor as a float32 numpy array on the CPU (a copy)."""
+    return t.detach().float().cpu().numpy().astype("<f4", copy=True)
+
 
 class _FirstTokenTimer:
     """A minimal streamer: notes when the first generated token arrives (prefill end)."""
@@ -227,9 +328,3 @@ class _FirstTokenTimer:
 
     def end(self) -> None:
         pass
-
-
-def _as_list(value: Any) -> list[int]:
-    if value is None:
-        return []
-    return [int(v) for v in value] if isinstance(value, (list, tuple)) else [int(value)]

@@ -72,8 +72,7 @@ def _cut(engine: Any, cache: Any, n: int, saved: Any, replay: list[int]) -> tupl
     ``replay`` (the tokens the cut cache must hold after the saved point). Returns (cache, how)."""
     if n == 0:
         return cache, "trim"
-    trim = getattr(engine, "trim", None)
-    if callable(trim) and trim(cache, n):
+    if saved is None and engine.trim(cache, n):
         return cache, "trim"
     if saved is None:
         raise RuntimeError(f"{engine.id}: cache cannot be trimmed by {n} and no snapshot was taken")
@@ -87,8 +86,9 @@ def speculate(target: Any, draft: Any, ids: Sequence[int], num_draft: int, max_n
     """Greedy speculative generation of ``target`` with ``draft``, cycle by cycle.
 
     Args:
-        target, draft: engines sharing token ids (``forward``, ``make_cache``, optional ``trim``,
-            ``snapshot``/``restore``); ``draft`` may be ``target`` itself (separate caches).
+        target, draft: engines sharing token ids; each cache is cut by ``trim`` where the engine's
+            ``is_trimmable`` says it can, else rolled back by ``snapshot``/``restore`` and a re-forward
+            (recurrent state cannot be cut); ``draft`` may be ``target`` itself (separate caches).
         ids: the prompt ids (at least 2: all but the last are prefilled).
         num_draft: drafts a cycle, ``d >= 1``.
         max_new_tokens: the cap; ``finish_reason`` is ``"length"`` when it is reached before a stop token.
@@ -103,19 +103,16 @@ def speculate(target: Any, draft: Any, ids: Sequence[int], num_draft: int, max_n
     target.forward(list(ids[:-1]), tcache, keep=1)
     draft.forward(list(ids[:-1]), dcache, keep=1)
     last, out, cycles, finish = int(ids[-1]), [], [], "length"
-    def can_trim(engine: Any) -> bool:
-        return callable(getattr(engine, "trim", None))
-
     while len(out) < max_new_tokens:
         d = min(num_draft, max_new_tokens - len(out) - 1)
         drafts: list[int] = []
         tok = last
-        dsaved = None if can_trim(draft) else draft.snapshot(dcache)
+        dsaved = None if draft.is_trimmable(dcache) else draft.snapshot(dcache)
         for _ in range(d):
             tok = _argmax(draft.forward([tok], dcache, keep=1).logits[-1])
             drafts.append(tok)
         window = [last, *drafts]
-        saved = None if can_trim(target) else target.snapshot(tcache)
+        saved = None if target.is_trimmable(tcache) else target.snapshot(tcache)
         choice = [_argmax(r) for r in target.forward(window, tcache).logits]
         k = 0
         while k < d and drafts[k] == choice[k]:

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from oracles.engines.base import Step
+from oracles.engines.base import Engine, Step
 from oracles.families.decode import greedy_decode, recompute_steps
 from oracles.families.speculative import speculate
 
@@ -25,13 +25,15 @@ def rule(seq: list[int]) -> int:
     return STOP if len(seq) >= 20 else 3 + (seq[-1] * 7 + len(seq)) % (V - 3)
 
 
-class Fake:
-    """A fake engine: its KV cache is the list of ids it has seen; logits one-hot (+0.5 off-peak noise)."""
+class Fake(Engine):
+    """A fake engine: its KV cache is the list of ids it has seen; logits one-hot (+0.5 off-peak noise).
+    ``trimmable=False`` makes it a cache that cannot be cut (recurrent state): rollback by snapshot/restore."""
+
+    id = "fake"
 
     def __init__(self, wrong_at: set[int] = frozenset(), trimmable: bool = True) -> None:
-        self.id, self.wrong_at, self.eos_token_ids, self.max_context = "fake", set(wrong_at), frozenset({STOP}), 64
-        if not trimmable:
-            self.trim = None  # type: ignore[assignment]
+        self.wrong_at, self.eos_token_ids, self.max_context = set(wrong_at), frozenset({STOP}), 64
+        self.trimmable = trimmable
         self.forwards = 0
 
     def make_cache(self) -> list[int]:
@@ -58,7 +60,12 @@ class Fake:
         logits = logits[-keep:] if keep else logits
         return Step(logits=logits, hidden=np.zeros((len(logits), 4), "<f4"))
 
-    def trim(self, cache: list[int], n: int) -> bool:  # noqa: F811 - replaced by None when not trimmable
+    def is_trimmable(self, cache: list[int]) -> bool:
+        return self.trimmable
+
+    def trim(self, cache: list[int], n: int) -> bool:
+        if not self.trimmable:
+            return n == 0
         del cache[len(cache) - n:]
         return True
 
