@@ -22,9 +22,12 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from oracles.pins import Pin
 
 
 class Unsupported(NotImplementedError):
@@ -172,9 +175,10 @@ class Engine:
         return None
 
     @classmethod
-    def unsupported_pin(cls, model_class: str, config: dict[str, Any]) -> str | None:
-        """Why this engine cannot load a snapshot of ``model_class`` with ``config`` (its
-        config.json), or None when it can; the tests of that (engine, pin) are skipped with it."""
+    def unsupported_pin(cls, pin: "Pin") -> str | None:
+        """Why this engine cannot load ``pin`` (judged from the pin file alone: its model class and
+        modality), or None when it can. The (engine, pin) pair is then left out of the parametrization,
+        with this reason in the report header and the receipt."""
         return None
 
     def describe(self) -> dict[str, Any]:
