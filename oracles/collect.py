@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from oracles.errors import TokensMissing
 from oracles.families import Family, family_of
 from oracles.groups import record_group
 from oracles.receipts import plain_nodeid
@@ -33,21 +34,48 @@ def _family(metafunc: pytest.Metafunc) -> Family | None:
     return family_of({m.name for m in metafunc.definition.iter_markers()})
 
 
+#: Marks a parameter set whose pin lacks the family's token ids (refused after deselection, one line).
+MISSING = "oracles_tokens_missing"
+
+
 def parametrize(metafunc: pytest.Metafunc, settings: Settings) -> None:
     """Fill ``pin``, ``engine_id`` and ``port_id`` (module docstring)."""
     names = metafunc.fixturenames
     family = _family(metafunc)
-    if "engine_id" in names:
-        pairs = settings.pairs(family, settings.engines)
-        metafunc.parametrize(("pin", "engine_id"), pairs or [_none(settings, "engine")],
-                             ids=[f"{p}-{e}" for p, e in pairs] or None, scope="session")
-    elif "port_id" in names:
-        pairs = settings.pairs(family, settings.ports)
-        metafunc.parametrize(("pin", "port_id"), pairs or [_none(settings, "port")],
-                             ids=[f"{p}-{e}" for p, e in pairs] or None, scope="session")
+    if "engine_id" in names or "port_id" in names:
+        name = "engine_id" if "engine_id" in names else "port_id"
+        pairs = settings.pairs(family, settings.engines if name == "engine_id" else settings.ports)
+        values = [_param((p, e), f"{p}-{e}", family, p) for p, e in pairs]
+        metafunc.parametrize(("pin", name), values or [_none(settings, name.removesuffix("_id"))], scope="session")
     elif "pin" in names:
-        pins = settings.pins_for(family)
-        metafunc.parametrize("pin", pins or [_none(settings, "pin")], scope="session")
+        values = [_param((p,), p, family, p) for p in settings.pins_for(family)]
+        metafunc.parametrize("pin", values or [_none(settings, "pin")], scope="session")
+
+
+def _param(values: tuple[str, ...], ident: str, family: Family | None, pin: str) -> Any:
+    """One parameter set; marked :data:`MISSING` (with the message) when the family keeps token ids
+    and has none for the pin's tokenizer."""
+    marks = []
+    if family is not None and family.tokens:
+        from oracles.records import family_tokens
+
+        try:
+            family_tokens(family.tokens, pin)
+        except TokensMissing as exc:
+            marks.append(pytest.mark.oracles_tokens_missing(str(exc)))
+    return pytest.param(*values, id=ident, marks=marks)
+
+
+def refuse_missing_tokens(items: list[pytest.Item]) -> None:
+    """After deselection: a selected test whose pin lacks its family's token ids stops the session.
+
+    Raises:
+        pytest.UsageError: one line naming pin, family and the command that writes the ids.
+    """
+    for item in items:
+        mark = item.get_closest_marker(MISSING)
+        if mark is not None:
+            raise pytest.UsageError(str(mark.args[0]))
 
 
 def _none(settings: Settings, what: str) -> Any:
@@ -103,7 +131,10 @@ def _gate_port(item: pytest.Item, params: dict[str, Any], settings: Settings) ->
         tokens = getattr(value, "port_tokens", None)
         if tokens is None:
             continue
-        size = tokens(pin)
+        try:
+            size = tokens(pin)
+        except TokensMissing:
+            return  # refused after deselection (refuse_missing_tokens)
         if not settings.port_scope.selects(size, family_sample(family)):
             item.add_marker(pytest.mark.skip(reason=settings.port_scope.skip_reason(engine, value.id, size)))
 

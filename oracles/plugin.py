@@ -142,6 +142,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{family.name}: {family.help}")
     for name, text in OTHER_MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
+    config.addinivalue_line("markers", f"{collect.MISSING}(message): internal: the pin lacks the family's token ids")
     opt = config.option
     use_project(ProjectDirs(project_path(config, PINS_KEY, DEFAULTS[PINS_KEY]),
                             project_path(config, RECORDS_KEY, DEFAULTS[RECORDS_KEY]), config.inipath))
@@ -216,6 +217,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """xdist groups, the port scope, the slow and gpu gates, and resumed passes."""
     state = state_of(config)
     collect.modify_items(config, items, settings_of(config), state.resume, state.resume_path)
+
+
+@pytest.hookimpl(trylast=True, specname="pytest_collection_modifyitems")  # after -m / -k deselection
+def pytest_collection_modifyitems_selected(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A selected test whose pin has no token ids for its family stops the run, naming the command."""
+    collect.refuse_missing_tokens(items)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Collection
 
-from oracles.errors import FixtureError
+from oracles.errors import FixtureError, TokensMissing
 from oracles.receipts import load_json
 
 if TYPE_CHECKING:
@@ -29,10 +29,6 @@ if TYPE_CHECKING:
 BUILTIN = Path(__file__).resolve().parent / "builtin"
 RECORDS = BUILTIN / "records"
 TOKENIZER_COPIES = BUILTIN / "tokenizers"
-
-
-class TokensMissing(FixtureError):
-    """A family has no token ids for a pin's tokenizer; the message names the command that writes them."""
 
 
 @dataclass(frozen=True)

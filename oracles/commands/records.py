@@ -16,11 +16,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from oracles.families import FAMILIES
+from oracles.families import TOKENIZED
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("family", choices=[f.name for f in FAMILIES if f.tokenized],
+    parser.add_argument("family", choices=TOKENIZED,
                         help="the family whose token ids to write")
     parser.add_argument("--pin", required=True, help="the pin whose tokenizer and chat template to use")
     parser.add_argument("--tokenizer-dir", type=Path, default=None,

@@ -26,7 +26,8 @@ class Family:
     tests read (its tests share an xdist group per record in that namespace: oracles.groups);
     modality: ``"text"`` or ``"vision"``, the pins it serves; port_scoped: a port engine runs only the
     records ``--port-records`` selects; default_pins: the pins it runs on without ``--pin``;
-    tokenized: the family keeps per-tokenizer token ids (``oracles records NAME --pin PIN`` writes them).
+    tokens: the family whose per-tokenizer token ids its records read (``oracles records NAME --pin PIN``
+    writes them), or None when its records carry none.
     """
 
     name: str
@@ -35,7 +36,7 @@ class Family:
     modality: str = "text"
     port_scoped: bool = True
     default_pins: tuple[str, ...] = (DEFAULT_PIN,)
-    tokenized: bool = False
+    tokens: str | None = None
 
     def serves(self, pin: "Pin") -> str | None:
         """Why this family cannot run on ``pin`` (another modality), or None when it can."""
@@ -49,16 +50,18 @@ FAMILIES: tuple[Family, ...] = (
     Family("mtplx_chat", "execution oracle family: a 3-turn chat through a prompt cache with snapshot/restore",
            runs="mtplx_chat"),
     Family("mtplx", "execution oracle family: forward rows, cache-continuation decode, generation, speculative "
-                    "draft/verify/commit", runs="mtplx", tokenized=True),
+                    "draft/verify/commit", runs="mtplx", tokens="mtplx"),
     Family("d1", "read-out oracle family: typed questions read out from log-softmax at an answer slot",
-           runs="d1", tokenized=True),
+           runs="d1", tokens="d1"),
     Family("clef", "vision oracle family: M-RoPE closed form, forward taps, image arms, absmax survey",
            runs="clef", modality="vision", default_pins=("qwen35-vl-twin",)),
     Family("cohort", "decode cohort family: serial vs batched lanes bit-exact, every cache buffer, snapshot/restore",
            runs="cohort"),
-    Family("port", "a port engine held against the reference, record by record", runs="mtplx"),
+    Family("port", "a port engine held against the reference, record by record", runs="mtplx", tokens="mtplx"),
 )
 BY_NAME = {f.name: f for f in FAMILIES}
+#: The families that keep per-tokenizer token ids (what ``oracles records`` writes).
+TOKENIZED = tuple(dict.fromkeys(f.tokens for f in FAMILIES if f.tokens))
 #: Markers that are not families: what a test needs or how long it takes.
 OTHER_MARKERS = {
     "dry": "needs no weights and imports no torch, transformers or mlx; runs in seconds (CI smoke)",
