@@ -60,9 +60,12 @@ def _param(values: tuple[str, ...], ident: str, family: Family | None, pin: str)
         from oracles.records import family_tokens
 
         try:
-            family_tokens(family.tokens, pin)
+            reason = family_tokens(family.tokens, pin).get("unsupported")
         except TokensMissing as exc:
             marks.append(pytest.mark.oracles_tokens_missing(str(exc)))
+        else:
+            if reason:
+                marks.append(pytest.mark.skip(reason=f"family {family.name} cannot run on pin {pin}: {reason}"))
     return pytest.param(*values, id=ident, marks=marks)
 
 

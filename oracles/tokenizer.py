@@ -16,6 +16,10 @@ from typing import Any, Sequence
 from oracles.errors import FixtureError
 
 
+class NoChatTemplate(FixtureError):
+    """A tokenizer without a chat template: the families that render chats cannot run on its pin."""
+
+
 @dataclass
 class LightTokenizer:
     """A snapshot's tokenizer.json, tokenizer_config.json and chat_template.jinja, without transformers."""
@@ -36,7 +40,7 @@ class LightTokenizer:
         template = self.root / "chat_template.jinja"
         self.template = template.read_text() if template.is_file() else self.config.get("chat_template")
         if not self.template:
-            raise ValueError(f"{self.root}: no chat_template.jinja and no chat_template in tokenizer_config.json")
+            raise NoChatTemplate(f"{self.root}: no chat_template.jinja and no chat_template in tokenizer_config.json")
 
     def token_id(self, text: str | None) -> int | None:
         return None if text is None else self.tokenizer.token_to_id(text)

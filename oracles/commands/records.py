@@ -49,7 +49,20 @@ def _tokenizer_root(pin: Any, given: Path | None) -> Path:
 
 
 def build(family: str, pin: Any, root: Path) -> dict[str, Any]:
-    """The tokens document of ``family`` for ``pin``'s tokenizer read from ``root``."""
+    """The tokens document of ``family`` for ``pin``'s tokenizer read from ``root``; for a tokenizer
+    without a chat template, a document that says so (``unsupported``), so the family's tests on that
+    pin skip with the reason instead of failing or vanishing."""
+    from oracles.tokenizer import NoChatTemplate
+
+    try:
+        return _build(family, pin, root)
+    except NoChatTemplate as exc:
+        return {"family": family, "pin": pin.name, "tokenizer_sha256": pin.tokenizer_sha256,
+                "generated_by": f"oracles records {family} --pin {pin.name}",
+                "unsupported": f"pin {pin.name} has no chat template ({exc})"}
+
+
+def _build(family: str, pin: Any, root: Path) -> dict[str, Any]:
     if family == "d1":
         from oracles.families.d1_rows import current_rows
 

@@ -23,7 +23,9 @@ from typing import Any
 
 import numpy as np
 
+from oracles.engines.base import Engine
 from oracles.errors import FixtureError
+from oracles.families.decode import greedy_steps
 from oracles.families.mtplx import PROMPTS, load_prompts
 from oracles.records import RECORDS, canonical_sha256, load_record_list, require
 
@@ -120,7 +122,7 @@ class ChatRun:
     final_ids: list[int] = field(default_factory=list)
 
 
-def run_chat(engine: Any, record: ChatRecord) -> ChatRun:
+def run_chat(engine: Engine, record: ChatRecord) -> ChatRun:
     """Run ``record``'s turns through one live cache of ``engine`` (greedy, stop token kept).
 
     Raises whatever ``engine.forward`` raises (a conversation longer than the context, for one).
@@ -137,18 +139,9 @@ def run_chat(engine: Any, record: ChatRecord) -> ChatRun:
         saved = engine.snapshot(cache)
         before = engine.snapshot_digest(saved)
         t0 = time.perf_counter()
-        warm = row = engine.forward(suffix, cache, keep=1).logits[-1]
+        warm = engine.forward(suffix, cache, keep=1).logits[-1]
         t1 = time.perf_counter()
-        tokens: list[int] = []
-        finish = "length"
-        while True:
-            tokens.append(int(np.argmax(row)))
-            if tokens[-1] in engine.eos_token_ids:
-                finish = "stop"
-                break
-            if len(tokens) >= record.max_new_tokens:
-                break
-            row = engine.forward([tokens[-1]], cache, keep=1).logits[-1]
+        tokens, _rows, finish = greedy_steps(engine, cache, warm, record.max_new_tokens)
         engine.forward([tokens[-1]], cache, keep=1)  # the stop token joins the cache as the template renders it
         t2 = time.perf_counter()
         after = engine.snapshot_digest(saved)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from oracles.engines.base import Engine, Generation, Sampler, Unsupported
+from oracles.engines.base import Engine, Generation, Sampler, Unsupported, check_fits
 from oracles.families.chat import ChatRun, load_chats, run_chat
 from oracles.families.decode import DecodeRun, greedy_decode
 from oracles.families.mtplx import GENERATION as GENERATION_FILE
@@ -57,18 +57,6 @@ def key(kind: str, engine: Engine, record: Any, *rest: Any) -> tuple[Any, ...]:
 
 def prefill(runs: Runs, engine: Engine, record: PromptRecord) -> Any:
     return runs(key("prefill", engine, record), lambda: engine.forward(list(record.ids)))
-
-
-def check_fits(engine: Any, record_id: str, n: int) -> None:
-    """Refuse a prompt of ``n`` ids that does not fit ``engine``'s context, naming the record and the
-    first position past the context.
-
-    Raises:
-        ValueError: ``n > engine.max_context`` (when the engine has one).
-    """
-    if engine.max_context and n > engine.max_context:
-        raise ValueError(f"record {record_id!r}: {n} prompt tokens do not fit the context of {engine.max_context} "
-                         f"({engine.id}, pin {engine.pin}); position {engine.max_context} is past its end")
 
 
 def greedy_decode_checked(engine: Any, record: PromptRecord) -> DecodeRun:

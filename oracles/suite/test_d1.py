@@ -17,6 +17,7 @@ import pytest
 from oracles.checks import readout
 from oracles.checks.close import log_softmax64
 from oracles.checks.exact import assert_bits_equal, assert_ids_equal, assert_within, diff
+from oracles.engines.base import check_fits
 from oracles.families import d1
 from oracles.families.d1_rows import RowsView, load_arms, rows_view
 from oracles.families.d1_run import D1_SAMPLE_TOKENS, FULL_BUCKETS, RequestRun, row_pass, run_request
@@ -94,6 +95,7 @@ def _run(runs: Callable[..., Any], engine: Any, rid: str, config: pytest.Config)
     _gate(engine.id, config, engine.pin, rid)
     req = REQUESTS[rid]
     view = _view(engine.pin)
+    check_fits(engine, rid, view.row_tokens[rid])
     rows = {qid: view.rows[(r, qid)] for (r, qid) in view.rows if r == rid}
     full = [qid for (r, qid) in _full(engine.pin) if r == rid]
     return runs(("d1", engine.id, engine.pin, rid), lambda: run_request(engine, req, rows, full))

@@ -96,7 +96,8 @@ def test_prompt_longer_than_context(engine: Any, receipt: Any) -> None:
 
 
 def test_prompt_longer_than_context_names_record(engine: Any) -> None:
-    """The decode oracle on such a record fails naming the record and the position the context ends at."""
+    """The decode oracle on such a record is refused (its tests skip on such a pin) naming the record and
+    the position the context ends at."""
     record = PromptRecord("over-context", ({"role": "user", "content": "x"},), "0" * 64,
                           tuple([1] * (engine.max_context + 1)), engine.pin)
     with pytest.raises(ValueError) as err:
