@@ -131,7 +131,7 @@ def test_chat_vs_reference(runs: Callable[..., Any], engines: Callable[..., Any]
                            record: ChatRecord, receipt: Any) -> None:
     """Port vs reference (marker port): each turn's suffix ids and tokens equal, warm next-token logits
     within the fp32 thresholds of oracles.checks.port."""
-    port = engines(port_id)
+    port = engines(port_id, reference.pin)
     ref, got = ex.chat(runs, reference, record), ex.chat(runs, port, record)
     firsts = [first_divergence(a.tokens, b.tokens) for a, b in zip(ref.turns, got.turns)]
     receipt.update(request_sha256=record.sha256, kind="chat", first_divergent_token_per_turn=firsts)
