@@ -7,7 +7,8 @@ A pin file (``NAME.json`` in a project's pins folder, or built in under ``oracle
      "model_class": "LlamaForCausalLM",
      "files": {"config.json": {"bytes": N, "sha256": HEX}, ...},
      "safetensors_headers": {"model.safetensors": HEX},   # sha256 of the 8-byte length + header JSON
-     "built_with": {"transformers": VER, ...}}
+     "built_with": {"transformers": VER, ...},
+     "trained": false}                                      # optional, default true: seeded random weights
 
 Verification reads every pinned file's bytes once and compares size and sha256, before any load.
 
@@ -65,6 +66,7 @@ class Pin:
     safetensors_headers: dict[str, str]
     built_with: dict[str, str]
     path: Path
+    trained: bool = True
 
     @property
     def digest(self) -> str:
@@ -86,9 +88,10 @@ class Pin:
 
     @property
     def untrained(self) -> bool:
-        """A ``twin:`` source: seeded random weights. Such a model never learnt to stop, so checks that a
-        generation reaches its stop token do not apply to it (every equality check still does)."""
-        return self.source.startswith("twin:")
+        """Seeded random weights: the pin says ``"trained": false`` (``oracles pin --untrained`` writes it),
+        or its source is a ``twin:``. Such a model never learnt to stop, so checks that a generation
+        reaches its stop token do not apply to it (every equality check still does)."""
+        return not self.trained or self.source.startswith("twin:")
 
     @property
     def tokenizer_sha256(self) -> str:
@@ -197,11 +200,17 @@ def _load_file(path: Path) -> Pin:
         digests[rel] = FileDigest(entry["bytes"], entry["sha256"])
     if not digests:
         raise PinError(f"{path}: field 'files' is empty")
+    trained = obj.get("trained", True)
+    if type(trained) is not bool:
+        raise PinError(f"{path}: field 'trained' must be true or false, got {trained!r}")
     headers = obj.get("safetensors_headers", {})
     if not isinstance(headers, dict) or any(k not in digests for k in headers):
         raise PinError(f"{path}: field 'safetensors_headers' must map pinned .safetensors files to digests")
+    if any(not re.fullmatch(r"[0-9a-f]{64}", str(v)) for v in headers.values()):
+        raise PinError(f"{path}: field 'safetensors_headers' needs a 64-hex sha256 for each file")
     return Pin(name=name, source=source, source_sha256=obj.get("source_sha256"), model_class=need("model_class", str),
-               files=digests, safetensors_headers=dict(headers), built_with=dict(obj.get("built_with", {})), path=path)
+               files=digests, safetensors_headers=dict(headers), built_with=dict(obj.get("built_with", {})), path=path,
+               trained=trained)
 
 
 def oracles_home() -> Path:
@@ -210,6 +219,21 @@ def oracles_home() -> Path:
 
 
 def snapshot_dir(pin: Pin) -> Path:
+    """Where ``pin``'s snapshot is: a ``local:PATH`` pin's is PATH itself (verified in place, never
+    copied); an ``hf:REPO@COMMIT`` pin's is that commit's folder in the local Hugging Face cache (the
+    folder it would be in when the commit is missing: verification then says so); a built pin's is
+    ``$ORACLES_HOME/snapshots/NAME``."""
+    parts = pin.source_parts()
+    if parts["local"]:
+        return Path(parts["path"] or "")
+    if parts["kind"] == "hf":
+        from oracles import hf_cache
+
+        repo, commit = parts["what"] or "", parts["version"] or "main"
+        try:
+            return hf_cache.resolve(repo, commit)[1]
+        except PinError:
+            return hf_cache.repo_folder(repo) / "snapshots" / commit
     return oracles_home() / "snapshots" / pin.name
 
 
@@ -249,34 +273,45 @@ def file_digests(root: Path, names: list[str] | None = None) -> dict[str, FileDi
     return {n: FileDigest((root / n).stat().st_size, sha256_file(root / n)) for n in names}
 
 
+def _remedy(pin: Pin) -> str:
+    """What to do about a snapshot of a user's own (``local:``, ``hf:``) that no longer matches its pin;
+    a built pin's snapshot is rebuilt by ``oracles materialize`` (the session's own message says so)."""
+    if pin.source_parts()["local"] or pin.source.startswith("hf:"):
+        return (f"; the snapshot changed since pin {pin.name!r} was written ({pin.path}): pin the new one under "
+                "another name with `oracles pin`, or restore the pinned files")
+    return ""
+
+
 def verify_snapshot(pin: Pin, root: Path) -> dict[str, Any]:
     """Check every pinned file under ``root``: exists, size, sha256, safetensors header digest.
 
     Returns the figures for the receipt: name, digest, root, files, bytes and seconds.
 
     Raises:
-        PinError: the first problem, naming the file and the expected and actual values.
+        PinError: the first problem, naming the file, the expected and actual values and what to do.
     """
     start = time.perf_counter()
     if not root.is_dir():
-        raise PinError(f"snapshot of pin {pin.name!r} missing: {root} is not a folder; run `oracles materialize {pin.name}`"
-                       " or pass --snapshot NAME=PATH")
+        raise PinError(f"snapshot of pin {pin.name!r} missing: {root} is not a folder; " + (
+            f"pin {pin.name!r} names it as its source" if pin.source_parts()["local"] or pin.source.startswith("hf:")
+            else f"run `oracles materialize {pin.name}` or pass --snapshot NAME=PATH"))
     total = 0
     for rel, want in sorted(pin.files.items()):
         path = root / rel
         if not path.is_file():
-            raise PinError(f"{path}: pinned file of {pin.name!r} is missing")
+            raise PinError(f"{path}: pinned file of {pin.name!r} is missing{_remedy(pin)}")
         size = path.stat().st_size
         if size != want.bytes:
-            raise PinError(f"{path}: size mismatch: expected {want.bytes} bytes, actual {size}")
+            raise PinError(f"{path}: size mismatch: expected {want.bytes} bytes, actual {size}{_remedy(pin)}")
         got = sha256_file(path)
         if got != want.sha256:
-            raise PinError(f"{path}: sha256 mismatch: expected {want.sha256}, actual {got}")
+            raise PinError(f"{path}: sha256 mismatch: expected {want.sha256}, actual {got}{_remedy(pin)}")
         total += size
     for rel, want_header in pin.safetensors_headers.items():
         got = hashlib.sha256(safetensors_header(root / rel)[2]).hexdigest()
         if got != want_header:
-            raise PinError(f"{root / rel}: safetensors header sha256 mismatch: expected {want_header}, actual {got}")
+            raise PinError(f"{root / rel}: safetensors header sha256 mismatch: expected {want_header}, actual {got}"
+                           f"{_remedy(pin)}")
     return {"name": pin.name, "digest": pin.digest, "root": str(root), "files": len(pin.files), "bytes": total,
             "seconds": round(time.perf_counter() - start, 4)}
 
