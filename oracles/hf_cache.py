@@ -39,6 +39,15 @@ def repo_folder(repo: str, cache: Path | None = None) -> Path:
     return (cache or cache_dir()) / ("models--" + repo.replace("/", "--"))
 
 
+def snapshot_folder(repo: str, revision: str, cache: Path | None = None) -> Path:
+    """The folder of ``revision`` (a commit, or a ref read from ``refs/``) of ``repo`` in the cache, by the
+    layout alone (no scan, no import): where a pinned commit's files are. The folder need not exist."""
+    where = repo_folder(repo, cache)
+    if not COMMIT.fullmatch(revision) and (where / "refs" / revision).is_file():
+        revision = (where / "refs" / revision).read_text().strip()
+    return where / "snapshots" / revision
+
+
 def parse(source: str) -> tuple[str, str]:
     """``"hf:ORG/NAME@REVISION"`` (or without ``@REVISION``: ``main``) -> (repo, revision).
 

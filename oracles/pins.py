@@ -256,13 +256,9 @@ def snapshot_dir(pin: Pin) -> Path:
     if parts["local"]:
         return Path(parts["path"] or "")
     if parts["kind"] == "hf":
-        from oracles import hf_cache
+        from oracles.hf_cache import snapshot_folder
 
-        repo, commit = parts["what"] or "", parts["version"] or "main"
-        try:
-            return hf_cache.resolve(repo, commit)[1]
-        except PinError:
-            return hf_cache.repo_folder(repo) / "snapshots" / commit
+        return snapshot_folder(parts["what"] or "", parts["version"] or "main")
     return oracles_home() / "snapshots" / pin.name
 
 

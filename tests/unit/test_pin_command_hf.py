@@ -109,3 +109,13 @@ def test_cache_folder_follows_the_environment(monkeypatch: pytest.MonkeyPatch, t
 def test_malformed_hf_source_is_refused(pin_project: Path, oracles_cli: Any) -> None:
     status, _, err = oracles_cli("pin", "tiny", "--from", "hf:not a repo")
     assert status == 2 and "expected hf:ORG/NAME@REVISION" in error_line(err)
+
+
+def test_hf_pin_whose_commit_left_the_cache_is_one_line(pin_project: Path, hub: Path, oracles_cli: Any) -> None:
+    assert oracles_cli("pin", "tiny", "--from", "hf:org/tiny@main")[0] == 0
+    root = hub / "models--org--tiny" / "snapshots" / COMMIT
+    for path in root.iterdir():
+        path.unlink()
+    root.rmdir()
+    status, _, err = oracles_cli("materialize", "tiny")
+    assert status == 2 and f"snapshot of pin 'tiny' missing: {root} is not a folder" in error_line(err)
