@@ -33,7 +33,7 @@ FIXTURES = frozenset({"engines", "engine", "reference", "port", "pin_file", "run
                       "snapshot_overrides"}) | PARAMETERS
 PACKAGE = str(Path(__file__).resolve().parent)
 #: The option values that mean "not asked for": any other value activates the session at configure.
-DEFAULT_OPTIONS = {"pin": None, "snapshot": [], "reference": "torch", "reference_device": "cpu", "port": "auto",
+DEFAULT_OPTIONS: dict[str, Any] = {"pin": None, "snapshot": [], "reference": "torch", "reference_device": "cpu", "port": "auto",
                    "oracle_threads": 0, "deadline": None, "port_records": "sample"}
 
 
@@ -141,7 +141,8 @@ def _active(config: pytest.Config) -> bool:
     return config.stash.get(ACTIVE_KEY, False)
 
 
-def _activate(config: pytest.Config) -> None:
+def ensure_active(config: pytest.Config) -> None:
+    """Activate the session now if it is not (the first use: :mod:`oracles.activation`)."""
     from oracles.activation import activate
 
     activate(config, config.stash.get(ENABLED_KEY, False))
@@ -154,7 +155,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     from oracles import collect
     from oracles.state import settings_of
 
-    _activate(metafunc.config)
+    ensure_active(metafunc.config)
     collect.parametrize(metafunc, settings_of(metafunc.config))
 
 
@@ -177,7 +178,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if not _active(config):
         if not _needs_us(items):
             return
-        _activate(config)
+        ensure_active(config)
     from oracles import collect
     from oracles.state import settings_of, state_of
 

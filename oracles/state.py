@@ -367,9 +367,9 @@ SETTINGS_KEY = pytest.StashKey["Settings"]()
 def _activated(config: pytest.Config) -> pytest.Stash:
     """``config.stash`` after the session is active (activated now if it was not: the first use)."""
     if STATE_KEY not in config.stash:
-        from oracles.plugin import _activate
+        from oracles.plugin import ensure_active
 
-        _activate(config)
+        ensure_active(config)
     return config.stash
 
 
