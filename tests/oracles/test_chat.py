@@ -18,6 +18,7 @@ from oracles.checks.port import assert_within_thresholds, first_divergence, held
 from oracles.families import execution as ex
 from oracles.families.chat import ChatRecord
 from oracles.fingerprint import fingerprint
+from oracles.pins import untrained_reason
 
 pytestmark = [pytest.mark.mtplx_chat, pytest.mark.slow]
 
@@ -53,8 +54,11 @@ def _run(runs: Callable[..., Any], engine: Any, record: ChatRecord) -> Any:
 
 def test_turns_finish_with_stop(runs: Callable[..., Any], engine: Any, record: ChatRecord, receipt: Any,
                                 request: pytest.FixtureRequest) -> None:
-    """Every turn ends with a stop token within the cap; tokens, text and counts recorded."""
-    if record.id in NO_STOP:
+    """Every turn ends with a stop token within the cap; tokens, text and counts recorded. On an
+    untrained pin the figures are recorded and the stop check skips, naming the pin's declaration;
+    NO_STOP's measured gaps hold on the pin the records were made with."""
+    untrained = untrained_reason(engine.pin, "ending each chat turn with a stop token")
+    if record.id in NO_STOP and untrained is None and engine.pin == record.pin:
         request.applymarker(pytest.mark.xfail(strict=True, reason=NO_STOP[record.id]))
     run = _run(runs, engine, record)
     receipt.update(request_sha256=record.sha256, record=record.id, engine=engine.id, kind="chat", max_new_tokens=record.max_new_tokens,
@@ -65,14 +69,24 @@ def test_turns_finish_with_stop(runs: Callable[..., Any], engine: Any, record: C
                           for t in run.turns], final_tokens=len(run.final_ids))
     for t in run.turns:
         receipt.array(f"turn{t.index + 1}_warm_logits", t.warm)
+    if untrained:
+        pytest.skip(untrained)
     bad = [(t.index + 1, t.finish_reason, len(t.tokens)) for t in run.turns if t.finish_reason != "stop"]
     assert not bad, f"{record.id}: turns without a stop token within {record.max_new_tokens} tokens (turn, reason, tokens): {bad}"
 
 
 def test_cache_holds_frontier(runs: Callable[..., Any], engine: Any, record: ChatRecord, receipt: Any) -> None:
-    """Before each turn the live cache holds exactly the template's rendering of the conversation so far."""
+    """Before each turn the live cache holds exactly the template's rendering of the conversation so far.
+
+    The cached ids are the ids the chat appended (the prompts and the model's own tokens); the rendering
+    re-encodes the decoded answers, so this holds where the model's tokens are the tokenizer's own
+    encoding of their text: a trained model's behaviour, skipped on an untrained pin (the first
+    mismatch per turn is recorded)."""
     run = _run(runs, engine, record)
-    receipt.update(frontiers=[len(t.frontier) for t in run.turns])
+    receipt.update(frontiers=[len(t.frontier) for t in run.turns],
+                   first_mismatch=[first_divergence(t.frontier, t.rendered_prefix) for t in run.turns])
+    if why := untrained_reason(engine.pin, "emitting tokens the tokenizer re-encodes to themselves"):
+        pytest.skip(why)
     for t in run.turns:
         assert_ids_equal(t.frontier, t.rendered_prefix,
                          f"{record.id} turn {t.index + 1}: cached ids vs the template's rendering of the conversation")

@@ -127,6 +127,7 @@ def test_malformed_pin_json_names_path_and_line(pins_dir: Path) -> None:
      "field 'files.../up.json' must be a relative path inside the snapshot"),
     (lambda o: o.update(files={}, safetensors_headers={}), "field 'files' is empty"),
     (lambda o: o.update(safetensors_headers={"nope.safetensors": "0" * 64}), "field 'safetensors_headers' must map"),
+    (lambda o: o.update(trained="no"), "field 'trained' must be true or false, got 'no'"),
 ])
 def test_pin_field_errors_name_path_and_field(pins_dir: Path, change: Any, message: str) -> None:
     obj = _pin_obj()
@@ -140,6 +141,17 @@ def test_pin_field_errors_name_path_and_field(pins_dir: Path, change: Any, messa
 
 def test_pin_by_path(pins_dir: Path) -> None:
     assert load_pin(pins_dir / "tiny.json").name == "tiny"
+
+
+def test_trained_defaults_true_and_untrained_names_the_pin(pins_dir: Path) -> None:
+    """A pin without ``trained`` is trained (no reason); ``"trained": false`` gives the reason its
+    stop-token checks skip with, naming the pin and the file that declares it."""
+    assert load_pin("tiny", pins_dir).untrained_reason("stopping") is None
+    obj = _pin_obj()
+    obj["trained"] = False
+    (pins_dir / "tiny.json").write_text(json.dumps(obj))
+    why = load_pin("tiny", pins_dir).untrained_reason("stopping")
+    assert why is not None and why.startswith("pin tiny is untrained ('trained': false in tiny.json): stopping is"), why
 
 
 @pytest.mark.parametrize(("value", "message"), [
