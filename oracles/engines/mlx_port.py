@@ -61,6 +61,16 @@ def rope_overrides(config: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+#: Measured failures of mlx-lm on the oracles (:meth:`MlxPort.known_gap`).
+KNOWN_GAPS = {
+    "speculative past a KV window": (
+        "mlx-lm 0.32.2 speculative_generate_step keeps rejected drafts once a RotatingKVCache has wrapped: its "
+        "_rewind_cache ignores trim_prompt_cache's count, which is 0 when offset >= max_size (is_trimmable); "
+        "measured on 'arith', window 48, twin draft: the target cache reaches offset 48 at the 3rd token, "
+        "trims 0 of 3 from then on, and the tokens differ from AR from position 3 (198 vs 40), 60 of 64"),
+}
+
+
 class _LayerTap:
     """Stands in for one decoder layer during a ``layers=True`` forward: calls it and keeps its
     output (the residual stream after the layer); every other attribute is the layer's own."""
@@ -359,6 +369,9 @@ class MlxPort(Engine):
 
     def speculative_refusal(self) -> str | None:
         return mlx_hybrid.speculative_refusal(self.model)
+
+    def known_gap(self, oracle: str) -> str | None:
+        return KNOWN_GAPS.get(oracle)
 
     def _collect(self, steps: Any, raw: list[Any], extra: dict[str, Any]) -> Generation:
         tokens: list[int] = []

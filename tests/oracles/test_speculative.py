@@ -82,13 +82,16 @@ def test_library_speculative_equals_greedy(runs: Callable[..., Any], engines: Ca
 
 
 def test_library_speculative_past_kv_window(runs: Callable[..., Any], engines: Callable[..., Any], engine: Any,
-                                            receipt: Any) -> None:
+                                            receipt: Any, request: pytest.FixtureRequest) -> None:
     """Past the engine's cache-size limit: mlx-lm with ``max_kv_size`` = KV_WINDOW (RotatingKVCache,
     keep=4): "arith" has 45 prompt ids and an 18-token answer, so the total (63) passes the 48-entry
     window after the 3rd token. Speculative (twin draft) must equal AR generation under the same window.
-    An engine without a bounded cache raises Unsupported, which skips the test naming it."""
+    An engine without a bounded cache raises Unsupported, which skips the test naming it; a library's
+    measured failure here (``engine.known_gap``) is a strict xfail quoting it."""
     record = next(r for r in ex.GENERATION if r.id == "arith")
     ar = ex.windowed_generate(runs, engine, record, ex.KV_WINDOW)
+    if gap := engine.known_gap("speculative past a KV window"):
+        request.applymarker(pytest.mark.xfail(strict=True, raises=AssertionError, reason=gap))
     spec = ex.library_speculative(runs, engines, engine, record, "twin", ex.KV_WINDOW)
     total = len(record.ids) + len(ar.tokens)
     receipt.update(request_sha256=record.sha256, window=ex.KV_WINDOW, total_tokens=total, ar_tokens=ar.tokens,
