@@ -35,7 +35,7 @@ materialize: setup
 	$(BIN)/oracles materialize smollm2-hybrid-twin  # a Gated DeltaNet hybrid through mtplx, mtplx_chat, d1; $(PIN)'s tokenizer
 
 oracle: materialize
-	$(BIN)/python -m pytest tests/oracles --runslow --receipt-tag oracle $(PARALLEL) $(PYTEST_ARGS); status=$$?; \
+	$(BIN)/python -m pytest oracles/suite --runslow --receipt-tag oracle $(PARALLEL) $(PYTEST_ARGS); status=$$?; \
 	$(BIN)/oracles receipts --latest receipts/oracle; exit $$status
 
 test: materialize

@@ -108,6 +108,12 @@ class MlxPort(Engine):
             return f"mlx-lm is not installed (pip install 'pytest-oracles[mlx]', which brings {extra})"
         return None
 
+    @classmethod
+    def unsupported_pin(cls, pin: Any) -> str | None:
+        if pin.modality != "text":
+            return f"mlx-lm loads text models; pin {pin.name} is {pin.model_class} (its port is mlx-vlm)"
+        return None
+
     def __init__(self, root: Path, pin: str, threads: int = 0) -> None:
         super().__init__(root, pin, threads)
         hub_offline()
@@ -132,15 +138,17 @@ class MlxPort(Engine):
         self.tied = bool(text.get("tie_word_embeddings", False))
         self.mlx_lm_version = mlx_lm.__version__
 
-    @classmethod
-    def unsupported_pin(cls, model_class: str, config: dict[str, Any]) -> str | None:
-        return mlx_hybrid.unsupported_reason(config)
-
     def config_overrides(self, config: dict[str, Any]) -> dict[str, Any]:
         """The ``model_config`` entries mlx-lm needs to read ``config`` as transformers does (recorded
         in :meth:`describe`): a text-only Qwen3.5 as mlx-lm's ``qwen3_5`` with its layer placement
         (:func:`oracles.engines.mlx_hybrid.overrides`), else the RoPE base of ``rope_parameters``
-        (:func:`rope_overrides`)."""
+        (:func:`rope_overrides`).
+
+        Raises:
+            Unsupported: a placement of full attention mlx-lm cannot express (its tests skip, naming it).
+        """
+        if why := mlx_hybrid.unsupported_reason(config):
+            raise self._unsupported("load this snapshot", why)
         hybrid = mlx_hybrid.overrides(config)
         return rope_overrides(config) if hybrid is None else hybrid
 

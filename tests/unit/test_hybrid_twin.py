@@ -14,19 +14,28 @@ import pytest
 
 from oracles.engines.base import digest_buffers
 from oracles.families.execution import GENERATION
+from oracles.families.mtplx import PromptRecord
 from oracles.twins import hybrid
 
 pytestmark = pytest.mark.slow
 
 PIN = "smollm2-hybrid-twin"
-RECORD = next(r for r in GENERATION if r.id == "arith")
+ARITH = next(r for r in GENERATION if r.id == "arith")
 LINEAR = [i for i, t in enumerate(hybrid.LAYER_TYPES) if t == "linear_attention"]
 FULL = [i for i, t in enumerate(hybrid.LAYER_TYPES) if t == "full_attention"]
 
 
 @pytest.fixture
-def twin(engines: Callable[..., Any], engine_id: str) -> Any:
-    return engines(engine_id, PIN)
+def record() -> PromptRecord:
+    """The "arith" generation record with the twin's token ids (SmolLM2's tokenizer)."""
+    return ARITH.bind(PIN)
+
+
+@pytest.fixture(params=["torch", "mlx"])
+def twin(engines: Callable[..., Any], request: pytest.FixtureRequest) -> Any:
+    """The twin on each built-in adapter (this module knows their snapshot formats: _bump_recurrent);
+    an adapter that cannot run here is skipped by ``engines``, naming why."""
+    return engines(request.param, PIN)
 
 
 def _snapshot_after(engine: Any, ids: list[int]) -> tuple[Any, Any]:
@@ -45,11 +54,11 @@ def _bump_recurrent(snapshot: Any, layer: int) -> None:
         snapshot.layers[layer].recurrent_states[0].view(-1)[0] += 1e-3
 
 
-def test_snapshot_buffers_name_every_state(twin: Any) -> None:
+def test_snapshot_buffers_name_every_state(twin: Any, record: PromptRecord) -> None:
     """Linear-attention layers contribute conv_state and recurrent_state, the attention layer keys and
     values holding the cached positions; every buffer is non-zero after a prefill."""
-    n = len(RECORD.ids) - 1
-    cache, snap = _snapshot_after(twin, list(RECORD.ids[:-1]))
+    n = len(record.ids) - 1
+    cache, snap = _snapshot_after(twin, list(record.ids[:-1]))
     buffers = twin.snapshot_buffers(snap)
     want = [f"layers.{i}.{name}" for i in range(len(hybrid.LAYER_TYPES))
             for name in (("conv_state", "recurrent_state") if i in LINEAR else ("keys", "values"))]
@@ -64,11 +73,11 @@ def test_snapshot_buffers_name_every_state(twin: Any) -> None:
 
 
 @pytest.mark.parametrize("layer", LINEAR)
-def test_digest_covers_recurrent_state(twin: Any, layer: int) -> None:
+def test_digest_covers_recurrent_state(twin: Any, record: PromptRecord, layer: int) -> None:
     """Positive control of the snapshot-not-poisoned checks (chat, d1 tree): a change of 1e-3 in one
     element of one layer's recurrent state alone changes the snapshot digest, and the per-buffer
     digests name exactly that buffer."""
-    _, snap = _snapshot_after(twin, list(RECORD.ids[:-1]))
+    _, snap = _snapshot_after(twin, list(record.ids[:-1]))
     before, per_before = twin.snapshot_digest(snap), twin.buffer_digests(snap)
     assert before == digest_buffers(twin.snapshot_buffers(snap))
     _bump_recurrent(snap, layer)
@@ -78,23 +87,23 @@ def test_digest_covers_recurrent_state(twin: Any, layer: int) -> None:
     assert changed == [f"layers.{layer}.recurrent_state"], f"changed buffers {changed}"
 
 
-def test_restore_continues_exactly(twin: Any) -> None:
+def test_restore_continues_exactly(twin: Any, record: PromptRecord) -> None:
     """The last prompt token through a restored snapshot gives the live cache's logits bit for bit,
     and leaves the snapshot's digest (every recurrent and conv state) unchanged."""
-    cache, snap = _snapshot_after(twin, list(RECORD.ids[:-1]))
+    cache, snap = _snapshot_after(twin, list(record.ids[:-1]))
     digest = twin.snapshot_digest(snap)
-    live = twin.forward([RECORD.ids[-1]], cache, keep=1).logits
-    again = twin.forward([RECORD.ids[-1]], twin.restore(snap), keep=1).logits
+    live = twin.forward([record.ids[-1]], cache, keep=1).logits
+    again = twin.forward([record.ids[-1]], twin.restore(snap), keep=1).logits
     assert np.array_equal(live, again), f"restored vs live: max |dlogit| {float(np.abs(live - again).max()):.3e}"
     assert twin.snapshot_digest(snap) == digest, "a forward on the restored cache changed the snapshot"
 
 
-def test_greedy_decoding_is_varied(twin: Any) -> None:
+def test_greedy_decoding_is_varied(twin: Any, record: PromptRecord) -> None:
     """The builder's weight scale (oracles/twins/hybrid.py) makes greedy decoding varied: measured
     63 distinct tokens of 64 on "arith" on the reference; at Qwen3.5's own scale (0.02) it is 1.
     At least 32 of 64 leaves room for an engine's own rounding and fails a one-token loop."""
     cache = twin.make_cache()
-    row = twin.forward(list(RECORD.ids), cache, keep=1).logits[-1]
+    row = twin.forward(list(record.ids), cache, keep=1).logits[-1]
     tokens: list[int] = []
     while len(tokens) < 64:
         tokens.append(int(np.argmax(row)))

@@ -20,8 +20,9 @@ DRAFTS = ["self", "twin"]
 
 
 @pytest.fixture(params=ex.GENERATION, ids=[r.id for r in ex.GENERATION])
-def record(request: pytest.FixtureRequest) -> PromptRecord:
-    return request.param
+def record(request: pytest.FixtureRequest, pin: str) -> PromptRecord:
+    """The generation record bound to this test's pin (its tokenizer's ids)."""
+    return request.param.bind(pin)
 
 
 @pytest.mark.parametrize("draft", DRAFTS)
@@ -88,7 +89,7 @@ def test_library_speculative_past_kv_window(runs: Callable[..., Any], engines: C
     window after the 3rd token. Speculative (twin draft) must equal AR generation under the same window.
     An engine without a bounded cache raises Unsupported, which skips the test naming it; a library's
     measured failure here (``engine.known_gap``) is a strict xfail quoting it."""
-    record = next(r for r in ex.GENERATION if r.id == "arith")
+    record = next(r for r in ex.GENERATION if r.id == "arith").bind(engine.pin)
     ar = ex.windowed_generate(runs, engine, record, ex.KV_WINDOW)
     if gap := engine.known_gap("speculative past a KV window"):
         request.applymarker(pytest.mark.xfail(strict=True, raises=AssertionError, reason=gap))
