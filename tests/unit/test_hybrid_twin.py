@@ -2,7 +2,8 @@
 state (with the positive control: a changed recurrent state changes the digest and is named), that
 the cache cannot be trimmed, and that the twin's seeded scale decodes varied text.
 
-Slow: loads the twin (~13 MB) on the reference and each port; every forward is a few dozen tokens.
+Slow: loads the twin (~13 MB) on torch and MLX (measured ~9 s of one worker on an idle machine);
+every forward is a few dozen tokens.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from oracles.families.execution import GENERATION
 from oracles.families.mtplx import PromptRecord
 from oracles.twins import hybrid
 
-pytestmark = pytest.mark.slow
+#: One xdist worker for the module: each engine loads the twin once (a second worker would load torch again).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("unit-hybrid-twin")]
 
 PIN = "smollm2-hybrid-twin"
 ARITH = next(r for r in GENERATION if r.id == "arith")
