@@ -15,12 +15,25 @@ reads ``rope_parameters`` itself (theta, partial rotary factor; ``mrope_section`
 ``rope_type: "mrope"``, and text positions put one position on all three M-RoPE planes, which is
 plain RoPE).
 
+Also here: what mlx-lm is measured to get wrong on the oracles (:data:`KNOWN_GAPS`, the port's
+``known_gap``), beside what it refuses (:func:`speculative_refusal`).
+
 Imports neither mlx nor mlx-lm at module import; :func:`speculative_refusal` imports them when called.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+#: Measured failures of mlx-lm on the oracles (``MlxPort.known_gap``), by the name the test gives.
+KNOWN_GAPS: dict[str, str] = {
+    "speculative past a KV window": (
+        "mlx-lm 0.32.2 speculative_generate_step keeps rejected drafts once a RotatingKVCache has wrapped: its "
+        "_rewind_cache ignores trim_prompt_cache's count, which is 0 when offset >= max_size (is_trimmable); "
+        "measured on 'arith', window 48, twin draft: the target cache reaches offset 48 at the 3rd token, "
+        "trims 0 of 3 from then on, and the tokens differ from AR from position 3 (198 vs 40), 60 of 64"),
+}
+
 
 #: transformers' text-only Qwen3.5 model type, and the mlx-lm model that reads it.
 TEXT_TYPE = "qwen3_5_text"

@@ -61,16 +61,6 @@ def rope_overrides(config: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-#: Measured failures of mlx-lm on the oracles (:meth:`MlxPort.known_gap`).
-KNOWN_GAPS = {
-    "speculative past a KV window": (
-        "mlx-lm 0.32.2 speculative_generate_step keeps rejected drafts once a RotatingKVCache has wrapped: its "
-        "_rewind_cache ignores trim_prompt_cache's count, which is 0 when offset >= max_size (is_trimmable); "
-        "measured on 'arith', window 48, twin draft: the target cache reaches offset 48 at the 3rd token, "
-        "trims 0 of 3 from then on, and the tokens differ from AR from position 3 (198 vs 40), 60 of 64"),
-}
-
-
 class _LayerTap:
     """Stands in for one decoder layer during a ``layers=True`` forward: calls it and keeps its
     output (the residual stream after the layer); every other attribute is the layer's own."""
@@ -160,11 +150,9 @@ class MlxPort(Engine):
 
     # -- forward and cache --------------------------------------------------------------------
     def make_cache(self, max_kv_size: int | None = None) -> list[Any]:
-        """mlx-lm's prompt cache (the model's own ``make_cache`` where it has one: ``KVCache`` per
-        attention layer, ``ArraysCache`` per recurrent layer); with ``max_kv_size``, a
-        ``RotatingKVCache(max_kv_size, keep=4)`` per layer, what ``make_prompt_cache`` builds for a
-        model without ``make_cache``. Built here because ``make_prompt_cache`` ignores ``max_kv_size``
-        for a model that has one (mlx-lm 0.32's Llama does: passed through, the window was never used).
+        """mlx-lm's prompt cache (``KVCache`` per attention layer, ``ArraysCache`` per recurrent one);
+        with ``max_kv_size``, a ``RotatingKVCache(max_kv_size, keep=4)`` per layer, built here because
+        ``make_prompt_cache`` ignores ``max_kv_size`` for a model with its own ``make_cache`` (Llama too).
 
         Raises:
             Unsupported: ``max_kv_size`` for a model whose cache has layers other than ``KVCache``
@@ -379,7 +367,7 @@ class MlxPort(Engine):
         return mlx_hybrid.speculative_refusal(self.model)
 
     def known_gap(self, oracle: str) -> str | None:
-        return KNOWN_GAPS.get(oracle)
+        return mlx_hybrid.KNOWN_GAPS.get(oracle)
 
     def _collect(self, steps: Any, raw: list[Any], extra: dict[str, Any]) -> Generation:
         tokens: list[int] = []
