@@ -32,6 +32,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 materialize: setup
 	$(BIN)/oracles materialize $(PIN)
 	$(BIN)/oracles materialize smollm2-draft-twin  # the speculative oracles' draft; needs $(PIN)'s tokenizer
+	$(BIN)/oracles materialize smollm2-hybrid-twin  # a Gated DeltaNet hybrid through mtplx, mtplx_chat, d1; $(PIN)'s tokenizer
 
 oracle: materialize
 	$(BIN)/python -m pytest oracles/suite --runslow --receipt-tag oracle $(PARALLEL) $(PYTEST_ARGS); status=$$?; \

@@ -116,6 +116,7 @@ def materialize(pin: Pin, dest: Path | None = None, *, write_pin: bool = False) 
 #: whose verified snapshot lends its tokenizer files).
 TWINS: dict[str, tuple[str, str]] = {
     "llama-draft": ("oracles.twins.draft", "smollm2-135m-instruct"),
+    "qwen35-hybrid": ("oracles.twins.hybrid", "smollm2-135m-instruct"),
 }
 
 

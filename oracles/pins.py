@@ -7,7 +7,8 @@ A pin file (``NAME.json`` in a project's pins folder, or built in under ``oracle
      "model_class": "LlamaForCausalLM",
      "files": {"config.json": {"bytes": N, "sha256": HEX}, ...},
      "safetensors_headers": {"model.safetensors": HEX},   # sha256 of the 8-byte length + header JSON
-     "built_with": {"transformers": VER, ...}}
+     "built_with": {"transformers": VER, ...},
+     "trained": false}                  # optional: default false for a twin: source, else true (Pin.untrained_reason)
 
 Verification reads every pinned file's bytes once and compares size and sha256, before any load.
 
@@ -19,6 +20,7 @@ a pin by name reads that store.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -65,6 +67,21 @@ class Pin:
     safetensors_headers: dict[str, str]
     built_with: dict[str, str]
     path: Path
+    trained: bool = True
+
+    def untrained_reason(self, behaviour: str) -> str | None:
+        """Why a check of ``behaviour`` (something only a trained model does, e.g. "ending a
+        generation with a stop token") cannot hold on this pin, or None when the pin is trained.
+
+        A pin with ``"trained": false`` (a seeded twin) decodes random-looking tokens: it never
+        chooses a stop token on purpose and its tokens need not be the tokenizer's own encoding of
+        their text. Such a check records its figures and skips with this reason; the record's cache
+        and equality checks, which hold for any weights, still run on the same tokens.
+        """
+        if self.trained:
+            return None
+        return (f"pin {self.name} is untrained ('trained': false in {self.path.name}): {behaviour} is a trained "
+                f"model's behaviour, not an engine property; figures recorded, the cache and equality checks run")
 
     @property
     def digest(self) -> str:
@@ -86,9 +103,10 @@ class Pin:
 
     @property
     def untrained(self) -> bool:
-        """A ``twin:`` source: seeded random weights. Such a model never learnt to stop, so checks that a
-        generation reaches its stop token do not apply to it (every equality check still does)."""
-        return self.source.startswith("twin:")
+        """Seeded random weights (``"trained": false``, the default of a ``twin:`` source). Such a model
+        never learnt to stop, so checks that a generation reaches its stop token do not apply to it
+        (every equality check still does; :meth:`untrained_reason`)."""
+        return not self.trained
 
     @property
     def tokenizer_sha256(self) -> str:
@@ -197,11 +215,29 @@ def _load_file(path: Path) -> Pin:
         digests[rel] = FileDigest(entry["bytes"], entry["sha256"])
     if not digests:
         raise PinError(f"{path}: field 'files' is empty")
+    trained = obj.get("trained", not source.startswith("twin:"))  # a twin's weights are seeded, not learnt
+    if type(trained) is not bool:
+        raise PinError(f"{path}: field 'trained' must be true or false, got {trained!r}")
     headers = obj.get("safetensors_headers", {})
     if not isinstance(headers, dict) or any(k not in digests for k in headers):
         raise PinError(f"{path}: field 'safetensors_headers' must map pinned .safetensors files to digests")
     return Pin(name=name, source=source, source_sha256=obj.get("source_sha256"), model_class=need("model_class", str),
-               files=digests, safetensors_headers=dict(headers), built_with=dict(obj.get("built_with", {})), path=path)
+               files=digests, safetensors_headers=dict(headers), built_with=dict(obj.get("built_with", {})), path=path,
+               trained=trained)
+
+
+@functools.lru_cache(maxsize=None)
+def _cached_pin(name: str) -> Pin:
+    return load_pin(name)
+
+
+def untrained_reason(name: str, behaviour: str) -> str | None:
+    """:meth:`Pin.untrained_reason` of the pin ``name`` (its file read once per process).
+
+    Raises:
+        PinError: as :func:`load_pin`.
+    """
+    return _cached_pin(name).untrained_reason(behaviour)
 
 
 def oracles_home() -> Path:

@@ -331,6 +331,19 @@ class Engine:
         """
         raise self._unsupported("run its library's speculative generation")
 
+    def speculative_refusal(self) -> str | None:
+        """The library's own refusal of :meth:`speculative` on this model (its error message, quoted
+        with the library's name and version), or None where the library runs it. Asked before the run,
+        so a test can expect the refusal (a strict xfail) instead of deciding by engine id; computed
+        with the library's own check, before any forward."""
+        return None
+
+    def known_gap(self, oracle: str) -> str | None:
+        """A measured failure of this engine's library on ``oracle`` (a name its test gives, e.g.
+        ``"speculative past a KV window"``): the figure and the cause, which that test expects as a
+        strict xfail, so a fixed library fails it and the note is removed; None where none is known."""
+        return None
+
 
 def check_forward_length(engine: Engine, cached: int, new: int) -> None:
     """Refuse an empty forward, or one whose ``cached + new`` positions pass ``engine.max_context``

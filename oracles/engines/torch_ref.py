@@ -214,6 +214,9 @@ class TorchReference(Engine):
         from transformers import DynamicCache
 
         check_cohort(self, tokens, caches)
+        if any(hasattr(layer, "recurrent_states") for c in caches for layer in c.layers):
+            raise self._unsupported("decode a cohort of these caches", "linear-attention layers (conv and recurrent "
+                                    "state); only attention keys/values are batched")
         lengths = [self.cache_length(c) for c in caches]
         width = max(lengths)
         batch = DynamicCache(config=self.model.config)
@@ -307,6 +310,26 @@ class TorchReference(Engine):
         return Generation(tokens=tokens, text=self.decode(tokens), finish_reason=finish,
                           step_logits=np.zeros((0, self.vocab_size), "<f4"), prefill_seconds=0.0,
                           decode_seconds=end - start, extra={"num_draft": num_draft, "assisted": True})
+
+    @inference_mode
+    def speculative_refusal(self) -> str | None:
+        """transformers refuses assisted generation for a model class with ``_is_stateful`` (its
+        recurrent cache cannot be reset to a subset of the generated text): ``generate`` raises that
+        ``ValueError`` while validating its arguments, before any forward, so the message is taken
+        from a one-token call."""
+        import transformers
+        from transformers import GenerationConfig
+
+        if not getattr(self.model, "_is_stateful", False):
+            return None
+        cfg = GenerationConfig(max_new_tokens=1, do_sample=False, eos_token_id=sorted(self.eos_token_ids),
+                               pad_token_id=min(self.eos_token_ids), num_assistant_tokens=1)
+        try:
+            self.model.generate(self._ids_tensor([[min(self.eos_token_ids)]]), generation_config=cfg,
+                                assistant_model=self.model)
+        except ValueError as exc:
+            return f"transformers {transformers.__version__} generate(assistant_model=...): {exc}"
+        return None
 
 
 def _croppable(layer: Any) -> bool:
