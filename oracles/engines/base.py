@@ -280,6 +280,49 @@ class Engine:
         """A live cache's buffers, as :meth:`snapshot_buffers` names them (a copy)."""
         return self.snapshot_buffers(self.snapshot(cache))
 
+    def cache_views(self, cache: Any) -> dict[str, np.ndarray]:
+        """A live cache's buffers as :meth:`snapshot_buffers` names them (float32, valid rows only), for a
+        comparison made at once: where the framework allows, read-only views without a copy, valid until
+        the next forward or cohort step on ``cache`` (a per-step check of every buffer then costs no
+        copy). Default: :meth:`cache_buffers` (a copy)."""
+        return self.cache_buffers(cache)
+
+    def cache_capacity(self, cache: Any) -> int:
+        """Positions ``cache``'s buffers hold before an update must reallocate them (equal to
+        :meth:`cache_length` where every update reallocates)."""
+        raise self._unsupported("measure a cache's capacity")
+
+    def grow(self, cache: Any, capacity: int) -> Any:
+        """A new live cache holding exactly what ``cache`` holds (every buffer's valid rows, the same
+        length), whose buffers hold at least ``capacity`` positions before reallocating; ``cache`` is left
+        as it was. What a capacity is, is the framework's own notion (each adapter says).
+
+        Raises:
+            ValueError: ``capacity`` below the cache's length.
+            Unsupported: the engine's caches have no capacity to set.
+        """
+        raise self._unsupported("grow a cache to a larger capacity")
+
+    def resident_bytes(self, obj: Any) -> int:
+        """Bytes a live cache or a snapshot holds allocated (spare capacity included)."""
+        raise self._unsupported("count a cache's resident bytes")
+
+    def weight_bytes(self) -> int:
+        """Bytes of the loaded parameters (a tied tensor counted once)."""
+        raise self._unsupported("count its weights' bytes")
+
+    def counters(self) -> dict[str, float]:
+        """The framework's own running counters (calls, evaluations, memory), read before and after a
+        timed window; ``{}`` where it keeps none."""
+        return {}
+
+    def batch_variance(self) -> str | None:
+        """None when :meth:`decode_cohort` gives, lane by lane, the bits a serial one-token
+        :meth:`forward` gives (the cohort family holds the engine to that); otherwise why not, with the
+        measured figures (the family's bit-exact serial-vs-cohort tests are then strict xfails with
+        this reason; a lane kept in its row of a same-shaped batch must still keep its bits)."""
+        return None
+
     # -- batched decode --------------------------------------------------------------------
     def decode_cohort(self, tokens: Sequence[int], caches: Sequence[Any]) -> Step:
         """Advance ``B`` lanes by one token each in one batched forward of the framework.
