@@ -13,7 +13,10 @@ from typing import Any, Container, Mapping
 
 #: Family marker -> the namespace of session runs its tests read, in the order a test carrying
 #: several markers is matched: the port tests of test_port.py read the mtplx runs.
-RUN_NAMESPACES = {"mtplx_chat": "mtplx_chat", "mtplx": "mtplx", "port": "mtplx", "d1": "d1"}
+RUN_NAMESPACES = {"mtplx_chat": "mtplx_chat", "mtplx": "mtplx", "port": "mtplx", "d1": "d1", "cohort": "cohort"}
+#: Namespaces whose runs are made per (pin, engine), not per record (each engine's cohort is compared
+#: with its own serial lanes): one group per pair, so two workers take two engines' runs.
+PER_ENGINE = {"cohort"}
 #: Parameter names that carry a test's record: an object with ``.id``, a ``(record id, ...)`` tuple
 #: (d1's ``(request, question)`` keys, ``(base, arm)`` red arms), or the id itself.
 RECORD_PARAMS = ("record", "prompt", "key", "rid", "arm")
@@ -28,6 +31,8 @@ def record_group(markers: Container[str], params: Mapping[str, Any]) -> str | No
     namespace = next((ns for marker, ns in RUN_NAMESPACES.items() if marker in markers), None)
     if namespace is None:
         return None
+    if namespace in PER_ENGINE:
+        return f"{namespace}:{params.get('pin', '')}:{params.get('engine_id', '')}"
     for name in RECORD_PARAMS:
         if name in params:
             value = params[name]
