@@ -118,7 +118,7 @@ def compare_bits(expected: np.ndarray | None, actual: np.ndarray | None, *, step
     The equal case costs one pass over ``uint32`` views (no copy of a contiguous array); the figures
     are computed over the differing values only.
     """
-    where = dict(step=step, logical=logical, physical=physical, name=name, sides=sides)
+    where: dict[str, Any] = dict(step=step, logical=logical, physical=physical, name=name, sides=sides)
     if expected is None or actual is None:
         return Mismatch(**where, expected_shape=None if expected is None else tuple(expected.shape),
                         actual_shape=None if actual is None else tuple(actual.shape))

@@ -106,6 +106,7 @@ class MlxCohort(Engine):
         out: list[Any] = []
         for i, c in enumerate(cache):
             name = type(c).__name__
+            g: Any
             if name == "KVCache":
                 g = KVCache()
                 if c.keys is not None:
@@ -134,7 +135,8 @@ class MlxCohort(Engine):
     def weight_bytes(self) -> int:
         from mlx.utils import tree_flatten
 
-        return sum(int(v.nbytes) for _name, v in tree_flatten(self.model.parameters()))
+        flat: list[tuple[str, Any]] = tree_flatten(self.model.parameters())  # type: ignore[assignment]
+        return sum(int(v.nbytes) for _name, v in flat)
 
     def counters(self) -> dict[str, float]:
         """MLX's own memory counters: active, peak and cache bytes of its allocator."""

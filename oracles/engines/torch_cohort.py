@@ -218,9 +218,9 @@ class TorchCohort(Engine):
                 if kind == "linear":
                     grown.layers[i] = copy.deepcopy(layer)
                 elif kind in ("dynamic", "static"):
-                    rows = _rows(layer)
+                    rows, target = _rows(layer), grown.layers[i]
                     if rows is not None:
-                        grown.layers[i].update(rows[0].clone(), rows[1].clone())
+                        target.update(rows[0].clone(), rows[1].clone())  # type: ignore[union-attr]
                 else:
                     raise self._unsupported("grow a cache to a larger capacity", f"layer {i} is a {kind}")
         return grown

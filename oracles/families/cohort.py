@@ -162,7 +162,7 @@ def lane_state(hidden: np.ndarray, logits: np.ndarray, views: dict[str, np.ndarr
 
 def serial_step(engine: Any, caches: Sequence[Any], tokens: Sequence[int]) -> list[LaneState]:
     """One token on each serial lane (logical order): hidden, logits and the lane's buffers after it."""
-    out = []
+    out: list[LaneState] = []
     for lane, cache in enumerate(caches):
         st = engine.forward([int(tokens[lane])], cache, keep=1)
         out.append(lane_state(st.hidden[-1], st.logits[-1], engine.cache_views(cache)))
@@ -245,18 +245,6 @@ def _twin_step(engine: Any, run: ParityRun, step: str, tok: list[int], coh: list
     kept = [(p, q) for p, q in enumerate(PHYSICAL_TO_LOGICAL) if q != TWIN]
     run.twin_isolation.add([m for p, q in kept for m in compare_lane(
         coh[p], tw[p], step=step, logical=q, physical=p, sides=("cohort", "twin run"))], len(kept) * len(names), names)
-
-
-#: The pins the family runs on by default, those whose pin file exists (the hybrid twin's arrives with
-#: its own change): SmolLM2-135M and the Qwen3.5 Gated DeltaNet twin.
-DEFAULT_PINS = ("smollm2-135m-instruct", "smollm2-hybrid-twin")
-
-
-def default_pins() -> list[str]:
-    """:data:`DEFAULT_PINS` that have a pin file under ``fixtures/pins``."""
-    from oracles.pins import PINS_DIR
-
-    return [name for name in DEFAULT_PINS if (PINS_DIR / f"{name}.json").is_file()]
 
 
 def weight_bytes(pin: Any) -> int:

@@ -121,8 +121,8 @@ def run_bench(engine: Any, anchor: AnchorRun, pairs: int = PAIRS) -> dict[str, A
                                "tokens": list(tokens), "anchor": anchor.spec.anchor, "capacity": anchor.spec.capacity,
                                "lanes": len(tokens), "trials": trials}
     for protocol in ("paired", "conditioned"):
-        ms = {arm: [t["ms"] for t in trials if t["protocol"] == protocol and t["arm"] == arm] for arm in ARMS}
-        section[protocol] = _summary(ms["serial"], ms["cohort"])
+        times = {arm: [t["ms"] for t in trials if t["protocol"] == protocol and t["arm"] == arm] for arm in ARMS}
+        section[protocol] = _summary(times["serial"], times["cohort"])
     section["conditioned"]["prime_ms"] = {arm: [t["prime_ms"] for t in trials if t["protocol"] == "conditioned"
                                                and t["arm"] == arm] for arm in ARMS}
     deltas = None if vm0 is None or vm1 is None else {k: vm1[k] - vm0[k] for k in vm0}

@@ -1,8 +1,8 @@
 """The cohort family (marker ``cohort``): four lanes decoded one at a time and as one batch whose rows
 hold them in another order, every step, every lane, every cache buffer, bit for bit; a positive control
 that must fail; identical lanes in rows 0 and 1; row isolation; grow and anchor; snapshot/restore; and
-the paired benchmark. Runs on every pin of :func:`oracles.families.cohort.default_pins` and every
-engine; the runs are made once per (pin, engine) (``runs``) by :mod:`oracles.families.cohort`.
+the paired benchmark. Runs on every pin ``--pin`` selects (default: SmolLM2-135M and the hybrid twin,
+``oracles.families``) and every engine; the runs are made once per (pin, engine) (``runs``) by :mod:`oracles.families.cohort`.
 
 An engine whose batched decode is not bit-equal to its serial decode says so
 (:meth:`oracles.engines.base.Engine.batch_variance`, with the measured figures): its bit-exact
@@ -34,12 +34,6 @@ COHORT_ATOL = 1e-3
 HEAD_RERUN_ATOL = 1e-5
 
 
-def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """``pin`` over the family's default pins (a pin file must exist; see :func:`fam.default_pins`)."""
-    if "pin" in metafunc.fixturenames:
-        metafunc.parametrize("pin", fam.default_pins(), scope="session")
-
-
 @pytest.fixture(params=range(fam.LANES), ids=LANE_IDS)
 def lane(request: pytest.FixtureRequest) -> int:
     """A logical lane."""
@@ -47,20 +41,12 @@ def lane(request: pytest.FixtureRequest) -> int:
 
 
 @pytest.fixture
-def engine(engines: Callable[..., Any], engine_id: str, pin: str) -> Any:
-    """This test's engine on this test's pin."""
-    return engines(engine_id, pin)
-
-
-@pytest.fixture
-def spec(pytestconfig: pytest.Config, engine_id: str, pin: str) -> fam.CohortSpec:
+def spec(pytestconfig: pytest.Config, engine_id: str, pin_file: Any) -> fam.CohortSpec:
     """FULL, or SAMPLE for a port too slow for it under ``--port-records`` (:func:`fam.choose_spec`)."""
-    from oracles.pins import load_pin
-    from oracles.port_scope import PortScope
+    from oracles.state import settings_of
 
-    is_port = engine_id != pytestconfig.getoption("reference")
-    return fam.choose_spec(is_port, PortScope.parse(pytestconfig.getoption("port_records")),
-                           fam.weight_bytes(load_pin(pin)))
+    settings = settings_of(pytestconfig)
+    return fam.choose_spec(engine_id != settings.reference, settings.port_scope, fam.weight_bytes(pin_file))
 
 
 @pytest.fixture
