@@ -116,7 +116,7 @@ def compare_bits(expected: np.ndarray | None, actual: np.ndarray | None, *, step
     """None when ``expected`` and ``actual`` are bit-identical float32 arrays of one shape, else the Mismatch.
 
     The equal case costs one pass over ``uint32`` views (no copy of a contiguous array); the figures
-    are computed over the differing values only.
+    (count, first index, max |d| in float64 over finite differences) a few vectorised passes more.
     """
     where: dict[str, Any] = dict(step=step, logical=logical, physical=physical, name=name, sides=sides)
     if expected is None or actual is None:
@@ -128,14 +128,15 @@ def compare_bits(expected: np.ndarray | None, actual: np.ndarray | None, *, step
     ue, ua = e.view("<u4"), a.view("<u4")
     if np.array_equal(ue, ua):
         return None
-    bad = np.flatnonzero((ue != ua).reshape(-1))
-    fe, fa = e.reshape(-1)[bad].astype(np.float64), a.reshape(-1)[bad].astype(np.float64)
-    d = np.abs(fe - fa)
-    d = d[np.isfinite(d)]
-    first = tuple(int(i) for i in np.unravel_index(int(bad[0]), e.shape))
-    return Mismatch(**where, expected_shape=tuple(e.shape), actual_shape=tuple(a.shape), count=int(bad.size),
-                    total=int(e.size), first=first, values=(float(fe[0]), float(fa[0])),
-                    max_abs=float(d.max()) if d.size else 0.0)
+    bad = (ue != ua).reshape(-1)
+    at = int(np.argmax(bad))
+    with np.errstate(invalid="ignore", over="ignore"):
+        d = np.abs(e.astype(np.float64) - a.astype(np.float64)).reshape(-1)
+    finite = d[np.isfinite(d)]
+    first = tuple(int(i) for i in np.unravel_index(at, e.shape))
+    return Mismatch(**where, expected_shape=tuple(e.shape), actual_shape=tuple(a.shape), count=int(bad.sum()),
+                    total=int(e.size), first=first, values=(float(e.reshape(-1)[at]), float(a.reshape(-1)[at])),
+                    max_abs=float(finite.max()) if finite.size else 0.0)
 
 
 def compare_lane(expected: LaneState, actual: LaneState, *, step: str, logical: int, physical: int,

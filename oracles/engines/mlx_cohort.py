@@ -89,7 +89,8 @@ class MlxCohort(Engine):
 
     def grow(self, cache: Any, capacity: int) -> list[Any]:
         """New cache objects whose ``KVCache`` buffers hold ``capacity`` positions rounded up to
-        ``KVCache.step`` (mlx-lm's own allocation unit), the valid rows copied and the offset kept, so
+        ``KVCache.step`` (mlx-lm's own allocation unit; never less than the buffer had), the valid rows
+        copied and the offset kept, so
         updates up to that capacity write in place instead of concatenating a new step; ``ArraysCache``
         states (fixed shapes) are copied.
 
@@ -110,8 +111,8 @@ class MlxCohort(Engine):
             if name == "KVCache":
                 g = KVCache()
                 if c.keys is not None:
-                    size = -(-capacity // KVCache.step) * KVCache.step
-                    b, h, _, dk = c.keys.shape
+                    b, h, had, dk = c.keys.shape
+                    size = max(-(-capacity // KVCache.step) * KVCache.step, had)
                     g.keys = mx.zeros((b, h, size, dk), c.keys.dtype)
                     g.values = mx.zeros((b, h, size, c.values.shape[3]), c.values.dtype)
                     g.keys[..., :c.offset, :] = c.keys[..., :c.offset, :]

@@ -110,9 +110,10 @@ class CohortSpec:
 #: caches are extended); capacity anchor + 64 (MLX rounds it up to 512, two KVCache steps).
 FULL = CohortSpec(prefix=(40, 47, 33, 54), steps=132, isolation_steps=16, anchor=384, capacity=448, scope="full")
 #: A port too slow for FULL inside ``make test`` (MLX on SmolLM2-135M here: ~0.55 s a step of 4 lanes,
-#: prefill ~10 tokens/s): 4 steps from prompts of 5-9 tokens, 2 twin/isolation steps, anchor 16.
+#: prefill ~10 tokens/s): 4 steps from prompts of 5-9 tokens, 1 twin/isolation step, anchor 16; the
+#: capacity passes the 256 positions an MLX KVCache allocates at its first update, so growing grows.
 #: ``--port-records all`` runs FULL.
-SAMPLE = CohortSpec(prefix=(6, 8, 5, 9), steps=4, isolation_steps=2, anchor=16, capacity=64, scope="sample")
+SAMPLE = CohortSpec(prefix=(6, 8, 5, 9), steps=4, isolation_steps=1, anchor=16, capacity=512, scope="sample")
 #: Weights up to this many bytes make a tiny twin, on which every engine runs FULL (the twins here hold
 #: ~13 MB; SmolLM2-135M 538 MB).
 TINY_WEIGHT_BYTES = 64 << 20
