@@ -52,17 +52,26 @@ def _layer_kind(layer: Any) -> str:
 
 
 def _rows(layer: Any) -> tuple[Any, Any] | None:
-    """An attention entry's valid keys and values ``[1, H, n, d]`` (views), or None when it holds none."""
-    if not getattr(layer, "is_initialized", False) or layer.keys is None:
+    """An attention entry's valid keys and values ``[1, H, n, d]`` (views; a static buffer's first
+    ``min(cumulative_length, max_cache_len)`` rows, a sliding window's as stored), or None when it
+    holds none (or is no attention entry)."""
+    from transformers.cache_utils import StaticLayer
+
+    if not getattr(layer, "is_initialized", False) or getattr(layer, "keys", None) is None:
         return None
-    n = int(layer.cumulative_length) if _layer_kind(layer) == "static" else int(layer.keys.shape[-2])
+    if isinstance(layer, StaticLayer):
+        n = min(int(layer.cumulative_length), int(layer.max_cache_len))
+    else:
+        n = int(layer.keys.shape[-2])
     return (layer.keys[..., :n, :], layer.values[..., :n, :]) if n else None
 
 
 def _states(layer: Any) -> list[tuple[str, Any]]:
-    """A linear entry's initialised states as ``(name, tensor)``, named as :meth:`snapshot_buffers` says."""
+    """A linear (or hybrid) entry's initialised states as ``(name, tensor)``, named as
+    :meth:`TorchCohort.snapshot_buffers` says; ``[]`` for an attention entry."""
     out = []
-    for name, states in (("conv_state", layer.conv_states), ("recurrent_state", layer.recurrent_states)):
+    for name, states in (("conv_state", getattr(layer, "conv_states", None) or {}),
+                         ("recurrent_state", getattr(layer, "recurrent_states", None) or {})):
         for k, t in states.items():
             if t is not None:
                 out.append((name + (f".{k}" if len(states) > 1 else ""), t))
@@ -161,18 +170,14 @@ class TorchCohort(Engine):
     def cache_views(self, cache: Any) -> dict[str, np.ndarray]:
         """Zero-copy read-only views of a live cache's valid rows (contract: :meth:`Engine.cache_views`):
         a static buffer is written in place beyond its valid rows and a linear state in place, so a
-        view is read before the next forward on ``cache``."""
+        view is read before the next forward on ``cache``. Every entry kind is listed (a sliding
+        window as stored), though only plain, static and linear entries decode as a cohort."""
         out: dict[str, np.ndarray] = {}
         for i, layer in enumerate(cache.layers):
-            kind = _layer_kind(layer)
-            if kind == "linear":
-                out.update({f"layers.{i}.{name}": _np_view(t) for name, t in _states(layer)})
-            elif kind in ("dynamic", "static"):
-                rows = _rows(layer)
-                if rows is not None:
-                    out[f"layers.{i}.keys"], out[f"layers.{i}.values"] = _np_view(rows[0]), _np_view(rows[1])
-            else:
-                raise self._unsupported("list this cache's buffers", f"layer {i} is a {kind}")
+            rows = _rows(layer)
+            if rows is not None:
+                out[f"layers.{i}.keys"], out[f"layers.{i}.values"] = _np_view(rows[0]), _np_view(rows[1])
+            out.update({f"layers.{i}.{name}": _np_view(t) for name, t in _states(layer)})
         return out
 
     def snapshot_buffers(self, snapshot: Any) -> dict[str, np.ndarray]:
@@ -229,7 +234,7 @@ class TorchCohort(Engine):
         seen: dict[int, int] = {}
         for layer in obj.layers:
             tensors = [getattr(layer, "keys", None), getattr(layer, "values", None)]
-            tensors += [t for _name, t in _states(layer)] if _layer_kind(layer) == "linear" else []
+            tensors += [t for _name, t in _states(layer)]
             for t in tensors:
                 if t is not None and t.numel():
                     seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
