@@ -50,11 +50,23 @@ def spec(pytestconfig: pytest.Config, engine_id: str, pin_file: Any) -> fam.Coho
 
 
 @pytest.fixture
-def run(runs: Callable[..., Any], engine: Any, pin: str, spec: fam.CohortSpec) -> Any:
-    """The family's run on this (pin, engine), made once per session (:func:`run_cohort`)."""
-    from oracles.families.cohort_anchor import run_cohort
+def parity(runs: Callable[..., Any], engine: Any, pin: str, spec: fam.CohortSpec) -> Any:
+    """The span's lockstep on this (pin, engine), made once per session (:func:`fam.run_parity`)."""
+    return runs(("cohort", pin, engine.id, spec.scope), lambda: fam.run_parity(engine, spec))
 
-    return runs(("cohort", pin, engine.id, spec.scope), lambda: run_cohort(engine, spec))
+
+@pytest.fixture
+def anchor(runs: Callable[..., Any], parity: Any, engine: Any, pin: str, spec: fam.CohortSpec) -> Any:
+    """The grow-and-anchor phase on the span's final caches, once per session; apart from the span's
+    run, so an engine that cannot grow a cache still has its span proven."""
+    from oracles.families.cohort_anchor import run_anchor
+
+    def make() -> Any:
+        done = run_anchor(engine, spec, parity.serial, parity.cohort)
+        parity.serial, parity.cohort = [], []  # the span's live caches: the anchor holds grown copies
+        return done
+
+    return runs(("cohort-anchor", pin, engine.id, spec.scope), make)
 
 
 def _xfail_if_batch_variant(request: pytest.FixtureRequest, engine: Any) -> None:
@@ -89,20 +101,20 @@ def test_lane_map_moves_every_lane(receipt: Any) -> None:
 
 
 @slow
-def test_cohort_bits_equal_serial(request: pytest.FixtureRequest, run: Any, engine: Any, pin: str, spec: Any,
+def test_cohort_bits_equal_serial(request: pytest.FixtureRequest, parity: Any, engine: Any, pin: str, spec: Any,
                                   lane: int, receipt: Any) -> None:
     """At every step the lane's hidden state, logits and every cache buffer in the cohort, un-permuted,
     equal the serial lane's bit for bit."""
     _xfail_if_batch_variant(request, engine)
-    tally = run.parity.main
+    tally = parity.main
     receipt.update(engine=engine.id, pin=pin, lane=lane, spec=spec.to_json(), **_figures(tally, lane))
     assert tally.lane_count(lane) == 0, tally.report(lane, f"{_where(pin, engine, spec)} cohort vs serial")
 
 
 @slow
-def test_cohort_positive_control(run: Any, engine: Any, pin: str, spec: Any, receipt: Any) -> None:
+def test_cohort_positive_control(parity: Any, engine: Any, pin: str, spec: Any, receipt: Any) -> None:
     """The same comparison made without un-permuting fails for every lane at every step."""
-    control = run.parity.control
+    control = parity.control
     receipt.update(engine=engine.id, pin=pin, comparisons=control.comparisons, caught_by=control.caught_by,
                    missed=[list(m) for m in control.missed[:20]])
     assert control.comparisons == fam.LANES * spec.steps, f"control compared {control.comparisons} lanes"
@@ -112,20 +124,20 @@ def test_cohort_positive_control(run: Any, engine: Any, pin: str, spec: Any, rec
 
 
 @slow
-def test_cohort_identical_lanes_agree(run: Any, engine: Any, pin: str, spec: Any, receipt: Any) -> None:
+def test_cohort_identical_lanes_agree(parity: Any, engine: Any, pin: str, spec: Any, receipt: Any) -> None:
     """In the twin run, rows 0 and 1 hold one lane (prompt and tokens): they agree bit for bit at every
     step, hidden, logits and every buffer."""
-    tally = run.parity.twins
+    tally = parity.twins
     receipt.update(engine=engine.id, pin=pin, twin=[fam.TWIN, fam.TWIN_SOURCE], **_figures(tally))
     assert tally.steps == spec.isolation_steps, f"twin run compared {tally.steps} steps"
     assert tally.lane_count(fam.TWIN) == 0, tally.report(fam.TWIN, f"{_where(pin, engine, spec)} identical lanes")
 
 
 @slow
-def test_cohort_row_isolation(run: Any, engine: Any, pin: str, spec: Any, lane: int, receipt: Any) -> None:
+def test_cohort_row_isolation(parity: Any, engine: Any, pin: str, spec: Any, lane: int, receipt: Any) -> None:
     """A lane kept in its row of a same-shaped batch keeps its bits when every other lane's tokens
     change (and, in the twin run, when lane 0 holds another prompt)."""
-    iso, twin = run.parity.isolation, run.parity.twin_isolation
+    iso, twin = parity.isolation, parity.twin_isolation
     receipt.update(engine=engine.id, pin=pin, lane=lane, others_changed=_figures(iso, lane),
                    twin_run=_figures(twin, lane))
     assert iso.steps == spec.isolation_steps, f"isolation runs compared {iso.steps} steps"
@@ -135,10 +147,10 @@ def test_cohort_row_isolation(run: Any, engine: Any, pin: str, spec: Any, lane: 
 
 
 @slow
-def test_cohort_close_to_serial(run: Any, engine: Any, pin: str, spec: Any, lane: int, receipt: Any) -> None:
+def test_cohort_close_to_serial(parity: Any, engine: Any, pin: str, spec: Any, lane: int, receipt: Any) -> None:
     """Engine-independent: the cohort's logits of the lane are within COHORT_ATOL of the serial lane's
     at every step, with the same argmax."""
-    gap, same = run.parity.logit_gap[:, lane], run.parity.argmax_equal[:, lane]
+    gap, same = parity.logit_gap[:, lane], parity.argmax_equal[:, lane]
     worst = int(np.argmax(gap))
     receipt.update(engine=engine.id, pin=pin, lane=lane, atol=COHORT_ATOL, max_abs=float(gap.max()),
                    worst_step=worst, bit_equal_steps=int((gap == 0).sum()), argmax_equal_steps=int(same.sum()))
@@ -148,10 +160,10 @@ def test_cohort_close_to_serial(run: Any, engine: Any, pin: str, spec: Any, lane
 
 
 @slow
-def test_cohort_hidden_feeds_head(run: Any, engine: Any, pin: str, spec: Any, receipt: Any) -> None:
+def test_cohort_hidden_feeds_head(parity: Any, engine: Any, pin: str, spec: Any, receipt: Any) -> None:
     """The cohort's hidden rows of the last step are what its logits rows were read from (lm_head re-run),
     with the contract's shapes."""
-    hidden, logits = run.parity.last_hidden, run.parity.last_logits
+    hidden, logits = parity.last_hidden, parity.last_logits
     assert hidden.shape == (fam.LANES, engine.hidden_size), f"hidden rows {hidden.shape}"
     assert logits.shape == (fam.LANES, engine.vocab_size), f"logits rows {logits.shape}"
     d = diff(engine.lm_head(hidden), logits, atol=HEAD_RERUN_ATOL)
@@ -161,22 +173,19 @@ def test_cohort_hidden_feeds_head(run: Any, engine: Any, pin: str, spec: Any, re
 
 
 @slow
-def test_cohort_cache_lengths(run: Any, engine: Any, pin: str, spec: Any, receipt: Any) -> None:
-    """After the span each cohort cache holds its prompt plus the steps; at the anchor every lane
-    holds ``anchor`` positions."""
+def test_cohort_cache_lengths(parity: Any, engine: Any, pin: str, spec: Any, receipt: Any) -> None:
+    """After the span each cohort cache holds its prompt plus the steps."""
     expected = [spec.prefix[q] + spec.steps for q in fam.PHYSICAL_TO_LOGICAL]
-    receipt.update(engine=engine.id, pin=pin, lengths=run.parity.lengths, expected=expected,
-                   anchor_positions=run.anchor.positions, seconds={**run.parity.seconds, **run.anchor.seconds})
-    assert run.parity.lengths == expected, f"{_where(pin, engine, spec)}: cohort caches hold {run.parity.lengths}"
-    assert run.anchor.positions == [spec.anchor] * fam.LANES, f"anchor positions {run.anchor.positions}"
+    receipt.update(engine=engine.id, pin=pin, lengths=parity.lengths, expected=expected, seconds=parity.seconds)
+    assert parity.lengths == expected, f"{_where(pin, engine, spec)}: cohort caches hold {parity.lengths}"
 
 
 @slow
-def test_cohort_grow_keeps_rows(run: Any, engine: Any, pin: str, spec: Any, receipt: Any) -> None:
+def test_cohort_grow_keeps_rows(anchor: Any, engine: Any, pin: str, spec: Any, receipt: Any) -> None:
     """Growing every cache gives it at least the capacity asked, more than it had, with every buffer's
-    valid rows bit-equal to the source's."""
-    grown = run.anchor.grown
-    receipt.update(engine=engine.id, pin=pin, grown=[
+    valid rows bit-equal to the source's; extended, every lane holds ``anchor`` positions."""
+    grown = anchor.grown
+    receipt.update(engine=engine.id, pin=pin, anchor_positions=anchor.positions, seconds=anchor.seconds, grown=[
         {"side": g.side, "logical": g.logical, "length": g.length, "capacity_before": g.capacity_before,
          "capacity_after": g.capacity_after, "mismatches": [m.to_json() for m in g.mismatches[:2]]} for g in grown])
     assert len(grown) == 2 * fam.LANES
@@ -185,15 +194,16 @@ def test_cohort_grow_keeps_rows(run: Any, engine: Any, pin: str, spec: Any, rece
         assert g.capacity_after >= g.requested > g.capacity_before, (
             f"{what}: capacity {g.capacity_before} -> {g.capacity_after}, asked {g.requested}")
         assert not g.mismatches, f"{what}: grow changed " + "; ".join(m.describe() for m in g.mismatches[:3])
+    assert anchor.positions == [spec.anchor] * fam.LANES, f"anchor positions {anchor.positions}"
 
 
 @slow
-def test_cohort_anchor_bits_equal_serial(request: pytest.FixtureRequest, run: Any, engine: Any, pin: str,
+def test_cohort_anchor_bits_equal_serial(request: pytest.FixtureRequest, anchor: Any, engine: Any, pin: str,
                                          spec: Any, receipt: Any) -> None:
     """At the anchor the cohort caches, un-permuted, equal the serial ones, and one more transaction
     (hidden, logits, every buffer after it) is bit-exact."""
     _xfail_if_batch_variant(request, engine)
-    caches, step = run.anchor.caches, run.anchor.transaction
+    caches, step = anchor.caches, anchor.transaction
     receipt.update(engine=engine.id, pin=pin, anchor=spec.anchor, caches=_figures(caches), transaction=_figures(step))
     where = f"{_where(pin, engine, spec)} at the anchor"
     for lane in range(fam.LANES):
@@ -202,27 +212,27 @@ def test_cohort_anchor_bits_equal_serial(request: pytest.FixtureRequest, run: An
 
 
 @slow
-def test_cohort_snapshot_restore(run: Any, engine: Any, pin: str, spec: Any, receipt: Any) -> None:
+def test_cohort_snapshot_restore(anchor: Any, engine: Any, pin: str, spec: Any, receipt: Any) -> None:
     """Per buffer: each live cache matches its snapshot, the snapshot is unchanged by the transaction,
     and ``restore`` (and growing it again) gives the snapshot's bytes back."""
-    f = run.anchor.failures
+    f = anchor.failures
     proofs = ("live_vs_snapshot", "snapshot_after", "restored", "regrown")
-    receipt.update(engine=engine.id, pin=pin, buffers=len(run.anchor.digests["serial"][0]),
+    receipt.update(engine=engine.id, pin=pin, buffers=len(anchor.digests["serial"][0]),
                    failures={k: f[k] for k in proofs})
     lines = [line for k in proofs for line in f[k]]
     assert not lines, f"{_where(pin, engine, spec)}: {len(lines)} failures: " + "; ".join(lines[:6])
 
 
 @slow
-def test_cohort_replay_after_restore(run: Any, engine: Any, pin: str, spec: Any, receipt: Any) -> None:
+def test_cohort_replay_after_restore(anchor: Any, engine: Any, pin: str, spec: Any, receipt: Any) -> None:
     """The transaction replayed on restored caches gives the first time's bits (hidden, logits, buffers)."""
-    lines = run.anchor.failures["replay"]
+    lines = anchor.failures["replay"]
     receipt.update(engine=engine.id, pin=pin, failures=lines)
     assert not lines, f"{_where(pin, engine, spec)}: " + "; ".join(lines[:6])
 
 
 @slow
-def test_cohort_benchmark(runs: Callable[..., Any], run: Any, engine: Any, pin: str, spec: Any,
+def test_cohort_benchmark(runs: Callable[..., Any], anchor: Any, engine: Any, pin: str, spec: Any,
                           receipt: Any) -> None:
     """The paired benchmark from the anchor snapshots (a receipt section, no timed assertion); every
     timed trial must have decoded the anchor transaction (its outputs' digests are the proof's)."""
@@ -230,8 +240,8 @@ def test_cohort_benchmark(runs: Callable[..., Any], run: Any, engine: Any, pin: 
 
     if spec.scope != "full":
         pytest.skip(f"port {engine.id} on {pin}: the benchmark runs with the full span (pass --port-records all)")
-    section = runs(("cohort-bench", pin, engine.id), lambda: run_bench(engine, run.anchor))
-    proof = run.anchor.outputs
+    section = runs(("cohort-bench", pin, engine.id), lambda: run_bench(engine, anchor))
+    proof = anchor.outputs
     wrong = [f"{t['protocol']} pair {t['pair']} {t['arm']} lane {i}" for t in section["trials"]
              for i, out in enumerate(t["outputs"]) if any(out[k] != proof[t["arm"]][i][k] for k in out)]
     receipt["cohort_benchmark"] = {**section, "trials": [{k: v for k, v in t.items() if k != "outputs"}
