@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 DEFAULT_PIN = "smollm2-135m-instruct"
 #: The Qwen3.5 Gated DeltaNet twin (recurrent conv and state layers beside attention).
-HYBRID_TWIN = "smollm2-hybrid-twin"
+HYBRID_PIN = "smollm2-hybrid-twin"
 _BUILTIN_PINS = Path(__file__).resolve().parent.parent / "builtin" / "pins"
 
 
@@ -68,7 +68,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("clef", "vision oracle family: M-RoPE closed form, forward taps, image arms, absmax survey",
            runs="clef", modality="vision", default_pins=("qwen35-vl-twin",)),
     Family("cohort", "decode cohort family: serial vs batched lanes bit-exact, every cache buffer, snapshot/restore",
-           runs="cohort", per_engine=True, default_pins=_shipped(DEFAULT_PIN, HYBRID_TWIN)),
+           runs="cohort", per_engine=True, default_pins=_shipped(DEFAULT_PIN, HYBRID_PIN)),
     Family("port", "a port engine held against the reference, record by record", runs="mtplx", tokens="mtplx"),
 )
 BY_NAME = {f.name: f for f in FAMILIES}
