@@ -289,6 +289,40 @@ class Engine:
         """A live cache's buffers, as :meth:`snapshot_buffers` names them (a copy)."""
         return self.snapshot_buffers(self.snapshot(cache))
 
+    def cache_views(self, cache: Any) -> dict[str, np.ndarray]:
+        """:meth:`cache_buffers` for a comparison made at once: read-only views without a copy where the
+        framework allows, valid until the next forward or cohort step on ``cache``. Default: a copy."""
+        return self.cache_buffers(cache)
+
+    def cache_capacity(self, cache: Any) -> int:
+        """Positions ``cache``'s buffers hold before an update reallocates them (its length where every
+        update does)."""
+        raise self._unsupported("measure a cache's capacity")
+
+    def grow(self, cache: Any, capacity: int) -> Any:
+        """A new live cache holding what ``cache`` holds, whose buffers hold at least ``capacity``
+        positions before reallocating (each adapter says what a capacity is); ``cache`` is untouched.
+        Raises ValueError for a ``capacity`` below the cache's length."""
+        raise self._unsupported("grow a cache to a larger capacity")
+
+    def resident_bytes(self, obj: Any) -> int:
+        """Bytes a live cache or a snapshot holds allocated, spare capacity included."""
+        raise self._unsupported("count a cache's resident bytes")
+
+    def weight_bytes(self) -> int:
+        """Bytes of the loaded parameters (a tied tensor once)."""
+        raise self._unsupported("count its weights' bytes")
+
+    def counters(self) -> dict[str, float]:
+        """The framework's own running counters (calls, evaluations, memory); ``{}`` where it keeps none."""
+        return {}
+
+    def batch_variance(self) -> str | None:
+        """None when :meth:`decode_cohort` gives each lane the bits a serial one-token :meth:`forward`
+        gives; otherwise why not, with measured figures (the cohort family's bit-exact serial-vs-cohort
+        tests are then strict xfails with this reason; row isolation must still hold bit for bit)."""
+        return None
+
     # -- batched decode --------------------------------------------------------------------
     def decode_cohort(self, tokens: Sequence[int], caches: Sequence[Any]) -> Step:
         """Advance ``B`` lanes by one token each in one batched forward of the framework.

@@ -29,8 +29,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from oracles.engines import mlx_hybrid
-from oracles.engines.base import (Engine, Generation, Prompt, Sampler, Step, check_cohort,
-                                  check_forward_length, hub_offline)
+from oracles.engines.base import Engine, Generation, Prompt, Sampler, Step, check_forward_length, hub_offline
+from oracles.engines.mlx_cohort import MlxCohort
 
 
 class _LazyModule:
@@ -77,7 +77,7 @@ class _LayerTap:
         return getattr(self._layer, attr)
 
 
-class MlxPort(Engine):
+class MlxPort(MlxCohort):
     """mlx-lm model and tokenizer from a verified snapshot, float32, MLX default device.
 
     Args:
@@ -216,41 +216,6 @@ class MlxPort(Engine):
         out = self.model.model.norm(mx.array(np.ascontiguousarray(residual, dtype=np.float32)))
         mx.eval(out)
         return np.array(out, dtype=np.float32)
-
-    def decode_cohort(self, tokens: Sequence[int], caches: Sequence[Any]) -> Step:
-        """One token for each of ``B`` lanes in one batched mlx-lm forward (contract:
-        :meth:`oracles.engines.base.Engine.decode_cohort`).
-
-        mlx-lm's own batching, as its ``batch_generate`` does it: per layer, ``KVCache.merge`` of the
-        lanes' caches gives a ``BatchKVCache`` (keys left-padded to the longest lane, per-lane offsets
-        that the rotary embedding and ``BatchKVCache.make_mask`` read); the model runs the ``[B, 1]``
-        tokens through it; ``BatchKVCache.extract(b)`` then gives lane ``b``'s keys/values without the
-        padding, which replace the contents of lane ``b``'s own ``KVCache`` objects (keys, values,
-        offset), so each lane's cache object stays live for :meth:`forward`.
-
-        Raises:
-            ValueError: see :func:`oracles.engines.base.check_cohort`.
-            Unsupported: a lane's layer is not a plain ``KVCache`` (a rotating window, recurrent state).
-        """
-        from mlx_lm.models.cache import KVCache
-
-        check_cohort(self, tokens, caches)
-        for b, lane in enumerate(caches):
-            odd = {type(c).__name__ for c in lane if type(c) is not KVCache}
-            if odd:
-                raise self._unsupported("decode a cohort of these caches", f"lane {b} has {sorted(odd)} layers; "
-                                        "only KVCache is merged")
-        batch = [KVCache.merge([lane[layer] for lane in caches]) for layer in range(len(caches[0]))]
-        x = mx.array([[int(t)] for t in tokens], dtype=mx.int32)
-        hidden = self.model.model(x, batch)[:, -1]
-        logits = self._head(hidden)
-        mx.eval(hidden, logits)
-        for layer, merged in enumerate(batch):
-            for b, lane in enumerate(caches):
-                part = merged.extract(b)
-                mx.eval(part.keys, part.values)
-                lane[layer].keys, lane[layer].values, lane[layer].offset = part.keys, part.values, part.offset
-        return Step(logits=np.array(logits, dtype=np.float32), hidden=np.array(hidden, dtype=np.float32))
 
     def is_trimmable(self, cache: Any) -> bool:
         """mlx-lm's own answer (``can_trim_prompt_cache``): every layer's ``is_trimmable()``; False for

@@ -18,8 +18,8 @@ from typing import Any, Callable, Sequence, TypeVar
 
 import numpy as np
 
-from oracles.engines.base import (Engine, Generation, Prompt, Sampler, Step, check_cohort, check_forward_length,
-                                  hub_offline)
+from oracles.engines.base import Engine, Generation, Prompt, Sampler, Step, check_forward_length, hub_offline
+from oracles.engines.torch_cohort import TorchCohort
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -47,7 +47,7 @@ def _tensor_out(output: Any) -> Any:
     return output[0] if isinstance(output, tuple) else output
 
 
-class TorchReference(Engine):
+class TorchReference(TorchCohort):
     """transformers ``AutoModelForCausalLM`` from a verified snapshot, float32 on :attr:`device`.
 
     Args:
@@ -180,72 +180,6 @@ class TorchReference(Engine):
 
     def restore(self, snapshot: Any) -> Any:
         return copy.deepcopy(snapshot)
-
-    def snapshot_buffers(self, snapshot: Any) -> dict[str, np.ndarray]:
-        """Per layer: ``keys`` / ``values`` ``[1, H_kv, L, d]`` of attention layers, ``conv_state`` /
-        ``recurrent_state`` of linear-attention layers (``.<k>`` suffixed when a layer holds several)."""
-        out: dict[str, np.ndarray] = {}
-        for i, layer in enumerate(snapshot.layers):
-            for name in ("keys", "values"):
-                t = getattr(layer, name, None)
-                if t is not None:
-                    out[f"layers.{i}.{name}"] = _to_f4(t)
-            for name, states in (("conv_state", getattr(layer, "conv_states", None)),
-                                 ("recurrent_state", getattr(layer, "recurrent_states", None))):
-                for k, t in (states or {}).items():
-                    if t is not None:
-                        out[f"layers.{i}.{name}" + (f".{k}" if len(states) > 1 else "")] = _to_f4(t)
-        return out
-
-    @inference_mode
-    def decode_cohort(self, tokens: Sequence[int], caches: Sequence[Any]) -> Step:
-        """One token for each of ``B`` lanes in one batched transformers forward (contract:
-        :meth:`oracles.engines.base.Engine.decode_cohort`).
-
-        transformers' own batching: each lane's ``DynamicCache`` keys/values ``[1, H, L_b, d]`` are
-        left-padded with zeros to ``L = max L_b`` and stacked into one batch ``DynamicCache``
-        ``[B, H, L, d]``; the 2-D attention mask ``[B, L + 1]`` is 0 on the padding, and the position
-        id of lane ``b``'s token is ``L_b`` (its own next position: the cached keys already carry their
-        rotary phases). After the forward, the new key/value row of each layer (the batch cache's last
-        column) is appended to lane ``b``'s own cache with ``DynamicCache.update``, so each lane cache
-        is what a serial one-token forward leaves, and the batch cache is dropped.
-        """
-        import torch
-        from transformers import DynamicCache
-
-        check_cohort(self, tokens, caches)
-        if any(hasattr(layer, "recurrent_states") for c in caches for layer in c.layers):
-            raise self._unsupported("decode a cohort of these caches", "linear-attention layers (conv and recurrent "
-                                    "state); only attention keys/values are batched")
-        lengths = [self.cache_length(c) for c in caches]
-        width = max(lengths)
-        batch = DynamicCache(config=self.model.config)
-        for layer in range(len(caches[0].layers)):
-            if width == 0:
-                break  # every lane empty: the batch cache starts empty too
-            held = [(c.layers[layer].keys, c.layers[layer].values) for c in caches]
-            like_k, like_v = next((k, v) for (k, v), n in zip(held, lengths) if n)
-            keys, values = [], []
-            for (k, v), n in zip(held, lengths):
-                if not n:  # an empty lane (make_cache): its layer has no tensors yet
-                    k, v = like_k[:, :, :0], like_v[:, :, :0]
-                pad = (0, 0, width - n, 0)  # left-pad the sequence axis (dim -2)
-                keys.append(torch.nn.functional.pad(k, pad))
-                values.append(torch.nn.functional.pad(v, pad))
-            batch.update(torch.cat(keys), torch.cat(values), layer)
-        mask = torch.zeros((len(caches), width + 1), dtype=torch.long, device=self.device)
-        for b, n in enumerate(lengths):
-            mask[b, width - n:] = 1
-        positions = torch.tensor([[n] for n in lengths], dtype=torch.long, device=self.device)
-        self._captured.clear()
-        out = self.model(input_ids=self._ids_tensor([[int(t)] for t in tokens]), attention_mask=mask,
-                         position_ids=positions, cache=batch, use_cache=True)
-        hidden = self._captured[-1][:, -1]
-        self._captured.clear()
-        for layer, entry in enumerate(batch.layers):
-            for b, c in enumerate(caches):
-                c.update(entry.keys[b:b + 1, :, -1:].clone(), entry.values[b:b + 1, :, -1:].clone(), layer)
-        return Step(logits=_to_f4(out.logits[:, -1]), hidden=_to_f4(hidden))
 
     # -- generation ---------------------------------------------------------------------------
     @inference_mode

@@ -32,7 +32,8 @@ class Family:
     modality: ``"text"`` or ``"vision"``, the pins it serves; port_scoped: a port engine runs only the
     records ``--port-records`` selects; default_pins: the pins it runs on without ``--pin``;
     tokens: the family whose per-tokenizer token ids its records read (``oracles records NAME --pin PIN``
-    writes them), or None when its records carry none.
+    writes them), or None when its records carry none; per_engine: its runs are made per (pin, engine),
+    each engine held against itself (its xdist group adds the engine, so two workers take two engines).
     """
 
     name: str
@@ -42,6 +43,7 @@ class Family:
     port_scoped: bool = True
     default_pins: tuple[str, ...] = (DEFAULT_PIN,)
     tokens: str | None = None
+    per_engine: bool = False
 
     def serves(self, pin: "Pin") -> str | None:
         """Why this family cannot run on ``pin`` (another modality), or None when it can."""
@@ -61,7 +63,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("clef", "vision oracle family: M-RoPE closed form, forward taps, image arms, absmax survey",
            runs="clef", modality="vision", default_pins=("qwen35-vl-twin",)),
     Family("cohort", "decode cohort family: serial vs batched lanes bit-exact, every cache buffer, snapshot/restore",
-           runs="cohort"),
+           runs="cohort", per_engine=True, default_pins=TEXT_PINS),
     Family("port", "a port engine held against the reference, record by record", runs="mtplx", default_pins=TEXT_PINS,
            tokens="mtplx"),
 )
