@@ -12,8 +12,10 @@ from __future__ import annotations
 from typing import Any, Container, Mapping
 
 #: Family marker -> the namespace of session runs its tests read, in the order a test carrying
-#: several markers is matched: the port tests of test_port.py read the mtplx runs.
-RUN_NAMESPACES = {"mtplx_chat": "mtplx_chat", "mtplx": "mtplx", "port": "mtplx", "d1": "d1"}
+#: several markers is matched: the port tests of test_port.py read the mtplx runs. clef's tests take no
+#: record parameter of these names, so the family is one group: its twin's rows run in milliseconds and
+#: one worker then loads each of its engines once.
+RUN_NAMESPACES = {"mtplx_chat": "mtplx_chat", "mtplx": "mtplx", "port": "mtplx", "d1": "d1", "clef": "clef"}
 #: Parameter names that carry a test's record: an object with ``.id``, a ``(record id, ...)`` tuple
 #: (d1's ``(request, question)`` keys, ``(base, arm)`` red arms), or the id itself.
 RECORD_PARAMS = ("record", "prompt", "key", "rid", "arm")

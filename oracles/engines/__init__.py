@@ -16,6 +16,7 @@ from oracles.errors import OracleError
 BUILTIN: dict[str, str] = {
     "torch": "oracles.engines.torch_ref:TorchReference",
     "mlx": "oracles.engines.mlx_port:MlxPort",
+    "mlx-vlm": "oracles.engines.mlx_vlm_port:MlxVlmPort",
     "mtplx": "oracles.engines.mtplx_port:MtplxPort",
 }
 
@@ -36,6 +37,8 @@ def unavailable_reason(engine_id: str) -> str | None:
     module = table[engine_id].split(":")[0]
     if engine_id == "mlx" and importlib.util.find_spec("mlx_lm") is None:
         return "mlx-lm is not installed (pip install 'pytest-oracles[mlx]')"
+    if engine_id == "mlx-vlm" and importlib.util.find_spec("mlx_vlm") is None:
+        return "mlx-vlm is not installed (pip install 'pytest-oracles[mlx-vlm]')"
     if engine_id == "mtplx":
         if not (platform.system() == "Darwin" and platform.machine() == "arm64"):
             return f"mtplx imports only on macOS arm64, this is {platform.system()} {platform.machine()}"
