@@ -43,7 +43,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from oracles.engines.base import Engine, Prompt, as_prompt, check_forward_length, hub_offline
-from oracles.engines.vl import MediaRun, VisionSpec, VisionStep, check_pads, pixel_digest, split_rows
+from oracles.engines.vl import MediaRun, VisionSpec, VisionStep, check_pads, split_rows
 
 #: The rope_parameters keys mlx-vlm's Qwen3.5 ``TextConfig`` requires.
 MLX_VLM_ROPE_KEYS = ("mrope_section", "rope_theta", "partial_rotary_factor")
@@ -240,7 +240,7 @@ class MlxVlmPort(Engine):
         grids = [tuple(int(v) for v in g) for g in np.asarray(pixels[grid_key])]
         rows = split_rows(np.array(tower[-1][2][0], dtype=np.float32), grids, self.spec)
         px = np.split(np.asarray(pixels[pixel_key], dtype=np.float32), np.cumsum([t * h * w for t, h, w in grids])[:-1])
-        return [MediaRun(kind, g, r, pixel_digest(q)) for g, r, q in zip(grids, rows, px)]
+        return [MediaRun(kind, g, r, q) for g, r, q in zip(grids, rows, px)]
 
     # -- head, norm, independent forward ---------------------------------------------------------
     def lm_head(self, hidden: np.ndarray) -> np.ndarray:

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from oracles.engines.base import Prompt, Unsupported, as_prompt, check_forward_length
-from oracles.engines.vl import MediaRun, VisionSpec, VisionStep, check_pads, mm_token_types, pixel_digest, split_rows
+from oracles.engines.vl import MediaRun, VisionSpec, VisionStep, check_pads, mm_token_types, split_rows
 
 if TYPE_CHECKING:
     from oracles.engines.torch_ref import TorchReference
@@ -226,7 +226,7 @@ class VisionPath:
             pixels = inputs[pixel_key].numpy()
             rows = split_rows(next(calls), grids, self.spec)
             patch_rows = np.split(pixels, np.cumsum([t * h * w for t, h, w in grids])[:-1])
-            out += [MediaRun(kind, g, r, pixel_digest(px)) for g, r, px in zip(grids, rows, patch_rows)]
+            out += [MediaRun(kind, g, r, np.asarray(px, dtype=np.float32)) for g, r, px in zip(grids, rows, patch_rows)]
         return out
 
     def plain_logits(self, prompt: Prompt | Sequence[int]) -> np.ndarray:

@@ -61,13 +61,13 @@ class MediaRun:
 
     ``kind``: ``"image"`` or ``"video"``; ``grid``: the processor's patch grid ``(t, h, w)``;
     ``tower``: ``[t * h * w / merge^2, D]`` float32, the vision tower's output rows for it (after the
-    merger: what is scattered over its pads); ``pixels``: ``{"shape", "sha256"}`` of the processor's
-    float32 pixel rows for it (``[t * h * w, C * temporal * patch^2]``)."""
+    merger: what is scattered over its pads); ``pixels``: the processor's float32 pixel rows for it
+    (``[t * h * w, C * temporal * patch^2]``)."""
 
     kind: str
     grid: tuple[int, int, int]
     tower: np.ndarray
-    pixels: dict[str, Any]
+    pixels: np.ndarray
 
 
 @dataclass

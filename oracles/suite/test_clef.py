@@ -19,6 +19,7 @@ from oracles.checks import readout
 from oracles.checks.exact import assert_bits_equal, assert_within, diff
 from oracles.checks.mrope import ClosedFormGap, Media, decode_planes, first_mismatches, mrope_planes, pad_runs, rope_delta
 from oracles.engines import unavailable_reason
+from oracles.engines.vl import pixel_digest
 from oracles.families import clef
 from oracles.families.clef_run import (STREAM_RUNS, Row, RowRun, absmax_record, all_rows, clef_engine_ids, memo_row,
                                        run_decode, vision_spec)
@@ -109,7 +110,7 @@ def test_tower_rows(runs: Callable[..., Any], vl_engine: Any, row: Row, clef_roo
             f"{row.label}: picture {i} grid {list(m.grid)}: tower rows {list(m.tower.shape)}, expected " \
             f"[{spec.tokens(m.grid)}, {vl_engine.hidden_size}]"
         rows[m.kind] += m.tower.shape[0]
-    receipt.update(tower=[dict(fingerprint(m.tower)) for m in run.step.media], pixels=[m.pixels for m in run.step.media])
+    receipt.update(tower=[dict(fingerprint(m.tower)) for m in run.step.media], pixels=[pixel_digest(m.pixels) for m in run.step.media])
     assert rows == pads, f"{row.label}: tower rows {rows} vs pad tokens {pads}"
 
 
