@@ -8,7 +8,8 @@ maximum is kept at position 0 and over the rest separately, with the position an
 is reached.
 
 Headroom of a maximum ``a``: ``65504 / a`` (how many times larger it could grow before float16
-overflows) and ``log2`` of that (bits of exponent range left); ``inf`` for ``a == 0``.
+overflows) and ``log2`` of that (bits of exponent range left); None for ``a == 0`` (no bound; strict
+JSON holds no infinity).
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def layer_stats(layers: Any) -> list[dict[str, Any]]:
 
 
 def headroom(value: float | None) -> dict[str, float | None]:
-    """``{"ratio": 65504 / value, "bits": log2(ratio)}``; both None for None, ``inf`` for 0.
+    """``{"ratio": 65504 / value, "bits": log2(ratio)}``; both None for None or 0 (module docstring).
 
     Raises:
         ValueError: a negative or non-finite value.
@@ -72,7 +73,7 @@ def headroom(value: float | None) -> dict[str, float | None]:
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"headroom: {value!r} is not a finite absmax")
     if value == 0:
-        return {"ratio": math.inf, "bits": math.inf}
+        return {"ratio": None, "bits": None}
     ratio = FP16_MAX / value
     return {"ratio": ratio, "bits": math.log2(ratio)}
 
