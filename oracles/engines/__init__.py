@@ -38,7 +38,7 @@ def unavailable_reason(engine_id: str) -> str | None:
     if engine_id == "mlx" and importlib.util.find_spec("mlx_lm") is None:
         return "mlx-lm is not installed (pip install 'pytest-oracles[mlx]')"
     if engine_id == "mlx-vlm" and importlib.util.find_spec("mlx_vlm") is None:
-        return "mlx-vlm is not installed (pip install 'pytest-oracles[mlx-vlm]')"
+        return "mlx-vlm is not installed (make setup; or pip install 'pytest-oracles[mlx-vlm]' && pip install --no-deps mlx-vlm==0.7.10)"
     if engine_id == "mtplx":
         if not (platform.system() == "Darwin" and platform.machine() == "arm64"):
             return f"mtplx imports only on macOS arm64, this is {platform.system()} {platform.machine()}"

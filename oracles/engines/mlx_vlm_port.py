@@ -81,7 +81,8 @@ class MlxVlmPort(Engine):
     def unavailable_reason(cls) -> str | None:
         if importlib.util.find_spec("mlx") is None or importlib.util.find_spec("mlx_vlm") is None:
             extra = "mlx[cpu]" if platform.system() == "Linux" else "mlx"
-            return f"mlx-vlm is not installed (pip install 'pytest-oracles[mlx-vlm]', which brings {extra})"
+            return (f"mlx-vlm is not installed (pip install 'pytest-oracles[mlx-vlm]', which brings {extra}, then "
+                    f"pip install --no-deps mlx-vlm==0.7.10)")
         return None
 
     @classmethod
