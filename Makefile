@@ -38,7 +38,7 @@ materialize: setup
 	$(BIN)/oracles materialize qwen35-vl-twin      # the clef family's vision-language twin
 
 oracle: materialize
-	$(BIN)/python -m pytest tests/oracles --runslow --receipt-tag oracle $(PARALLEL) $(PYTEST_ARGS); status=$$?; \
+	$(BIN)/python -m pytest oracles/suite --runslow --receipt-tag oracle $(PARALLEL) $(PYTEST_ARGS); status=$$?; \
 	$(BIN)/oracles receipts --latest receipts/oracle; exit $$status
 
 test: materialize

@@ -1,2 +1,1 @@
-"""Tiny seeded twins: snapshots built from transformers' own config and model classes at tiny sizes,
-pinned as ``twin:NAME#SEED`` and built by ``oracles materialize`` (:data:`oracles.materialize.TWINS`)."""
+"""Builders of the tiny seeded twins: transformers config and model classes at tiny sizes, seeded weights."""
