@@ -12,9 +12,9 @@ Gotchas of mlx-vlm 0.7.10 the adapter handles (measured on the Qwen3.5 twin):
 
 * full attention sits where ``(layer + 1) % full_attention_interval == 0`` (default 4); the config's
   ``layer_types`` is not read. A pin whose ``layer_types`` differ from that rule is refused by
-  :meth:`MlxVlmPort.unsupported_pin` instead of loading a different model.
+  :meth:`MlxVlmPort.unsupported_config` (a skip naming it) instead of loading a different model.
 * ``rope_parameters`` must hold ``mrope_section`` (and ``partial_rotary_factor``); without them its
-  ``TextConfig`` raises. Refused by :meth:`MlxVlmPort.unsupported_pin` with that reason.
+  ``TextConfig`` raises. Refused by :meth:`MlxVlmPort.unsupported_config` with that reason.
 * ``LanguageModel`` keeps ``_position_ids`` / ``_rope_deltas`` between calls, and a call without
   explicit positions on a fresh cache reuses a stored ``_position_ids`` that is long enough: a second
   request would be served the first one's planes. Both are reset before every cold forward, as
@@ -71,7 +71,7 @@ class MlxVlmPort(Engine):
     """mlx-vlm model and processor from a verified VL snapshot, float32 (module docstring).
 
     Raises:
-        Unsupported: the pin is not one mlx-vlm can load as transformers reads it (:meth:`unsupported_pin`).
+        Unsupported: the snapshot's config is not one mlx-vlm reads as transformers does (:meth:`unsupported_config`).
         TypeError: a loaded parameter is not float32.
     """
 
@@ -86,11 +86,18 @@ class MlxVlmPort(Engine):
         return None
 
     @classmethod
-    def unsupported_pin(cls, model_class: str, config: dict[str, Any]) -> str | None:
-        """Why mlx-vlm cannot port this snapshot as transformers reads it, or None (module docstring)."""
+    def unsupported_pin(cls, pin: Any) -> str | None:
+        """Why mlx-vlm cannot port ``pin`` (judged from the pin file: a text-only model), or None."""
+        if pin.modality != "vision":
+            return f"mlx-vlm ports vision-language models; pin {pin.name} is {pin.model_class} (its port is mlx)"
+        return None
+
+    @staticmethod
+    def unsupported_config(config: dict[str, Any]) -> str | None:
+        """Why mlx-vlm would not read this ``config.json`` as transformers does, or None (module docstring)."""
         text = config.get("text_config")
         if not isinstance(config.get("vision_config"), dict) or not isinstance(text, dict):
-            return f"mlx-vlm ports vision-language models; {model_class} has no vision_config (a text-only pin)"
+            return "its config has no vision_config and text_config"
         params = text.get("rope_parameters") or {}
         missing = [k for k in MLX_VLM_ROPE_KEYS if k not in params]
         if missing:
@@ -106,7 +113,7 @@ class MlxVlmPort(Engine):
         super().__init__(root, pin, threads)
         hub_offline()
         config = json.loads((self.root / "config.json").read_text())
-        reason = self.unsupported_pin(str((config.get("architectures") or ["?"])[0]), config)
+        reason = self.unsupported_config(config)
         if reason:
             raise self._unsupported(f"load pin {pin}", reason)
         import mlx.core as mx

@@ -68,8 +68,11 @@ class TorchReference(Engine):
 
     @classmethod
     def unsupported_pin(cls, pin: Any) -> str | None:
-        if pin.modality != "text":
-            return f"this adapter loads text models (AutoModelForCausalLM); pin {pin.name} is {pin.model_class}"
+        from oracles.engines.torch_vision import VISION_CLASSES
+
+        if pin.modality != "text" and pin.model_class not in VISION_CLASSES:
+            return (f"this adapter loads text models and the vision-language classes {', '.join(VISION_CLASSES)}; "
+                    f"pin {pin.name} is {pin.model_class}")
         return None
 
     def __init__(self, root: Path, pin: str, threads: int = 0) -> None:

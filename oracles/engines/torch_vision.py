@@ -40,6 +40,10 @@ if TYPE_CHECKING:
     from oracles.engines.torch_ref import TorchReference
 
 
+#: The vision-language classes this path reads (its processor, tower and rope-delta state are Qwen3.5's).
+VISION_CLASSES = ("Qwen3_5ForConditionalGeneration",)
+
+
 def is_vision_config(root: Path) -> bool:
     """Whether the snapshot at ``root`` is a vision-language model (its config has a ``vision_config``)."""
     config = json.loads((Path(root) / "config.json").read_text())
@@ -246,4 +250,4 @@ class VisionPath:
         return _to_f4(out.logits[0])
 
 
-__all__ = ["VisionPath", "is_vision_config", "model_class"]
+__all__ = ["VISION_CLASSES", "VisionPath", "is_vision_config", "model_class"]

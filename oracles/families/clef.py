@@ -38,13 +38,10 @@ from typing import Any, Sequence
 
 from oracles.errors import FixtureError
 from oracles.families import d1
-from oracles.records import canonical_sha256, load_record_list, require
+from oracles.records import BUILTIN, RECORDS, canonical_sha256, load_record_list, require
 
-BUILTIN = Path(__file__).resolve().parent.parent / "builtin"
-REQUESTS = BUILTIN / "records" / "clef" / "requests.json"
+REQUESTS = RECORDS / "clef" / "requests.json"
 IMAGES = BUILTIN / "images"
-#: The clef family's default pin (until the FAMILIES registry names it).
-CLEF_PIN = "qwen35-vl-twin"
 #: Fixed square arms: side in pixels.
 GRID_ARMS = {"g64": 64, "g128": 128}
 IMAGE_ARMS = (*GRID_ARMS, "native")
@@ -251,6 +248,6 @@ def dump_record(rec: dict[str, Any]) -> dict[str, Any]:
     return {**rec, "sha256": canonical_sha256({"media": rec["media"], "request": rec["request"]})}
 
 
-__all__ = ["ARM_KINDS", "CLEF_PIN", "GRID_ARMS", "IMAGE_ARMS", "Picture", "Record", "Tokens", "arm_sha256",
+__all__ = ["ARM_KINDS", "GRID_ARMS", "IMAGE_ARMS", "Picture", "Record", "Tokens", "arm_sha256",
            "dump_record", "expected_grid", "group_seconds", "load_manifest", "load_pictures", "load_records",
            "media_text", "parse_record", "row_messages"]

@@ -161,26 +161,6 @@ def absmax_record(step: Any, label: str) -> dict[str, Any]:
             "mlp_down_in": None if down is None else [float(v) for v in down]}
 
 
-__all__ = ["CLEF_SAMPLE_TOKENS", "DecodeRun", "Row", "RowPrompt", "RowRun", "STREAM_RUNS", "VL_PORTS", "absmax_record",
-           "all_rows", "build_prompt", "clef_engine_ids", "encoder", "memo_row", "run_decode", "run_row", "vision_spec"]
-
-
-#: The ports ``--port auto`` gives the clef family: vision-language engines (mlx-lm's ``mlx`` reads text only).
-VL_PORTS = ("mlx-vlm",)
-
-
-def clef_engine_ids(reference: str, port: str, unavailable: Any) -> list[str]:
-    """The reference's engine id, then the clef ports: ``--port auto`` -> each of :data:`VL_PORTS` that
-    can run here (``unavailable(id)`` is None), ``none`` -> none, else the ids given (the reference left out)."""
-    if port == "none":
-        ports: list[str] = []
-    elif port == "auto":
-        ports = [p for p in VL_PORTS if unavailable(p) is None]
-    else:
-        ports = [p.strip() for p in port.split(",") if p.strip()]
-    return [reference, *[p for p in ports if p != reference]]
-
-
 def memo_row(runs: Any, engine: Any, row: Row, spec: VisionSpec, manifest: dict[str, Any]) -> tuple[RowRun, bool]:
     """``run_row`` through the session memo ``runs(key, fn)``: (the run, whether this call computed it)."""
     made: list[bool] = []
@@ -190,3 +170,7 @@ def memo_row(runs: Any, engine: Any, row: Row, spec: VisionSpec, manifest: dict[
         return run_row(engine, row, spec, manifest)
 
     return runs(("clef", engine.id, engine.pin, row.key), compute), bool(made)
+
+
+__all__ = ["CLEF_SAMPLE_TOKENS", "DecodeRun", "Row", "RowPrompt", "RowRun", "STREAM_RUNS", "absmax_record",
+           "all_rows", "build_prompt", "encoder", "memo_row", "run_decode", "run_row", "vision_spec"]

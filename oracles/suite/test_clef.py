@@ -1,10 +1,11 @@
 """clef oracle on the vision-language pin: each engine's own invariants, row by row.
 
 Every row (a question of a record in an arm: :mod:`oracles.families.clef`) runs once per engine per
-session (``runs``) with the residual stream tapped; the tests read that run. The engine parameter is
-the reference and each clef port (``--port auto``: mlx-vlm where it imports); a port is held against
-the reference in ``test_clef_port.py``. Rows are parametrized module-scoped, so a row's tests run
-together and a run cut by ``--deadline`` leaves whole rows finished (``test_clef_longrun.py``).
+session (``runs``) with the residual stream tapped; the tests read that run. ``engine`` is each
+(pin, engine) pair the plugin gives the family: the reference and each port that serves a vision pin
+(``--port auto``: mlx-vlm where it imports) on each pin (default ``qwen35-vl-twin``); a port is held
+against the reference in ``test_clef_port.py``. Rows are parametrized module-scoped, so a row's tests
+run together and a run cut by ``--deadline`` leaves whole rows finished (``test_clef_longrun.py``).
 """
 
 from __future__ import annotations
@@ -18,10 +19,9 @@ import pytest
 from oracles.checks import readout
 from oracles.checks.exact import assert_bits_equal, assert_within, diff
 from oracles.checks.mrope import ClosedFormGap, Media, decode_planes, first_mismatches, mrope_planes, pad_runs, rope_delta
-from oracles.engines import unavailable_reason
 from oracles.engines.vl import pixel_digest
 from oracles.families import clef
-from oracles.families.clef_run import (STREAM_RUNS, Row, RowRun, absmax_record, all_rows, clef_engine_ids, memo_row,
+from oracles.families.clef_run import (STREAM_RUNS, Row, RowRun, absmax_record, all_rows, build_prompt, memo_row,
                                        run_decode, vision_spec)
 from oracles.fingerprint import fingerprint
 
@@ -42,26 +42,15 @@ BY_LABEL = {r.label: r for r in ROWS}
 HEAD_RERUN_ATOL = 1e-6
 
 
-def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """``vl_engine_id``: the reference and each clef port (:func:`clef_engine_ids`)."""
-    if "vl_engine_id" in metafunc.fixturenames:
-        ids = clef_engine_ids(metafunc.config.getoption("reference"), metafunc.config.getoption("port"), unavailable_reason)
-        metafunc.parametrize("vl_engine_id", ids, scope="session")
-
-
-@pytest.fixture(scope="session")
-def clef_root(verified_snapshot: Callable[[str], Path]) -> Path:
-    return verified_snapshot(clef.CLEF_PIN)
+@pytest.fixture
+def clef_root(verified_snapshot: Callable[[str], Path], pin: str) -> Path:
+    """This test's pin's verified snapshot folder."""
+    return verified_snapshot(pin)
 
 
 @pytest.fixture(scope="session")
 def manifest() -> dict[str, Any]:
     return clef.load_manifest()
-
-
-@pytest.fixture
-def vl_engine(engines: Callable[..., Any], vl_engine_id: str) -> Any:
-    return engines(vl_engine_id, clef.CLEF_PIN)
 
 
 def _run(runs: Callable[..., Any], engine: Any, row: Row, root: Path, manifest: dict[str, Any], receipt: Any) -> RowRun:
@@ -75,12 +64,12 @@ def _media(run: RowRun) -> list[Media]:
 
 
 @pytest.mark.parametrize("row", ROWS, ids=ROW_IDS, scope="module")
-def test_prompt_structure(runs: Callable[..., Any], vl_engine: Any, row: Row, clef_root: Path, manifest: dict[str, Any],
+def test_prompt_structure(runs: Callable[..., Any], engine: Any, row: Row, clef_root: Path, manifest: dict[str, Any],
                           receipt: Any) -> None:
     """Each picture is one vision start, its pads, one vision end (a video: one such block per temporal
     group); the engine's processor chose the grid the arm fixes (g64/g128: the square's; native/video:
     the drawn size's)."""
-    run = _run(runs, vl_engine, row, clef_root, manifest, receipt)
+    run = _run(runs, engine, row, clef_root, manifest, receipt)
     spec = vision_spec(clef_root)
     ids = run.ids
     got = [m.grid for m in run.step.media]
@@ -98,27 +87,27 @@ def test_prompt_structure(runs: Callable[..., Any], vl_engine: Any, row: Row, cl
 
 
 @pytest.mark.parametrize("row", ROWS, ids=ROW_IDS, scope="module")
-def test_tower_rows(runs: Callable[..., Any], vl_engine: Any, row: Row, clef_root: Path, manifest: dict[str, Any],
+def test_tower_rows(runs: Callable[..., Any], engine: Any, row: Row, clef_root: Path, manifest: dict[str, Any],
                     receipt: Any) -> None:
     """The vision tower gave each picture t*h*w/merge^2 rows of the text width, as many as its pads."""
-    run = _run(runs, vl_engine, row, clef_root, manifest, receipt)
+    run = _run(runs, engine, row, clef_root, manifest, receipt)
     spec = vision_spec(clef_root)
     pads = {"image": run.ids.count(spec.image_id), "video": run.ids.count(spec.video_id)}
     rows = {"image": 0, "video": 0}
     for i, m in enumerate(run.step.media):
-        assert m.tower.shape == (spec.tokens(m.grid), vl_engine.hidden_size), \
+        assert m.tower.shape == (spec.tokens(m.grid), engine.hidden_size), \
             f"{row.label}: picture {i} grid {list(m.grid)}: tower rows {list(m.tower.shape)}, expected " \
-            f"[{spec.tokens(m.grid)}, {vl_engine.hidden_size}]"
+            f"[{spec.tokens(m.grid)}, {engine.hidden_size}]"
         rows[m.kind] += m.tower.shape[0]
     receipt.update(tower=[dict(fingerprint(m.tower)) for m in run.step.media], pixels=[pixel_digest(m.pixels) for m in run.step.media])
     assert rows == pads, f"{row.label}: tower rows {rows} vs pad tokens {pads}"
 
 
 @pytest.mark.parametrize("row", ROWS, ids=ROW_IDS, scope="module")
-def test_mrope_closed_form(runs: Callable[..., Any], vl_engine: Any, row: Row, clef_root: Path,
+def test_mrope_closed_form(runs: Callable[..., Any], engine: Any, row: Row, clef_root: Path,
                            manifest: dict[str, Any], receipt: Any) -> None:
     """The rotary planes the text model received equal the closed form of :mod:`oracles.checks.mrope`."""
-    run = _run(runs, vl_engine, row, clef_root, manifest, receipt)
+    run = _run(runs, engine, row, clef_root, manifest, receipt)
     spec = vision_spec(clef_root)
     got = np.asarray(run.step.positions, dtype=np.int64)
     try:
@@ -132,49 +121,49 @@ def test_mrope_closed_form(runs: Callable[..., Any], vl_engine: Any, row: Row, c
 
 
 @pytest.mark.parametrize("row", ROWS, ids=ROW_IDS, scope="module")
-def test_head_rerun(runs: Callable[..., Any], vl_engine: Any, row: Row, clef_root: Path, manifest: dict[str, Any],
+def test_head_rerun(runs: Callable[..., Any], engine: Any, row: Row, clef_root: Path, manifest: dict[str, Any],
                     receipt: Any) -> None:
     """The LM head on the tapped final-norm hidden states reproduces the logits (bit equality recorded)."""
-    run = _run(runs, vl_engine, row, clef_root, manifest, receipt)
-    again = vl_engine.lm_head(run.step.hidden)
+    run = _run(runs, engine, row, clef_root, manifest, receipt)
+    again = engine.lm_head(run.step.hidden)
     exact = diff(again, run.step.logits)
     receipt.update(bit_equal=exact.equal, max_abs=exact.max_abs, atol=HEAD_RERUN_ATOL)
     assert_within(again, run.step.logits, HEAD_RERUN_ATOL, f"{row.label}: lm_head(hidden) vs logits")
 
 
 @pytest.mark.parametrize("row", ROWS, ids=ROW_IDS, scope="module")
-def test_final_norm(runs: Callable[..., Any], vl_engine: Any, row: Row, clef_root: Path, manifest: dict[str, Any],
+def test_final_norm(runs: Callable[..., Any], engine: Any, row: Row, clef_root: Path, manifest: dict[str, Any],
                     receipt: Any) -> None:
     """The final norm on the last layer's tapped residual stream equals the tapped final-norm output."""
-    run = _run(runs, vl_engine, row, clef_root, manifest, receipt)
-    assert run.step.layers is not None and run.step.layers.shape[0] == vl_engine.num_layers + 1
-    d = assert_bits_equal(vl_engine.final_norm(run.step.layers[-1]), run.step.hidden,
+    run = _run(runs, engine, row, clef_root, manifest, receipt)
+    assert run.step.layers is not None and run.step.layers.shape[0] == engine.num_layers + 1
+    d = assert_bits_equal(engine.final_norm(run.step.layers[-1]), run.step.hidden,
                           f"{row.label}: final_norm(layers[-1]) vs hidden")
     receipt.update(bit_equal=d.equal)
 
 
 @pytest.mark.parametrize("row", ROWS, ids=ROW_IDS, scope="module")
-def test_independent_forward(runs: Callable[..., Any], vl_engine: Any, row: Row, clef_root: Path,
+def test_independent_forward(runs: Callable[..., Any], engine: Any, row: Row, clef_root: Path,
                              manifest: dict[str, Any], receipt: Any) -> None:
     """The library's plain forward (no taps) gives the hooked run's logits bit for bit; the first row is
     also run hooked again (determinism)."""
-    run = _run(runs, vl_engine, row, clef_root, manifest, receipt)
-    plain = getattr(vl_engine, "plain_logits", None)
+    run = _run(runs, engine, row, clef_root, manifest, receipt)
+    plain = getattr(engine, "plain_logits", None)
     if plain is None:
-        pytest.skip(f"engine {vl_engine.id!r} cannot run a plain forward (no plain_logits)")
+        pytest.skip(f"engine {engine.id!r} cannot run a plain forward (no plain_logits)")
     assert_bits_equal(plain(run.rendered.prompt), run.step.logits, f"{row.label}: plain forward vs hooked logits")
     if row is ROWS[0]:
-        again = vl_engine.forward(run.rendered.prompt, layers=True)
+        again = engine.forward(run.rendered.prompt, layers=True)
         assert_bits_equal(again.logits, run.step.logits, f"{row.label}: second hooked run vs first (determinism)")
         receipt.update(determinism=True)
 
 
 @pytest.mark.parametrize("row", ROWS, ids=ROW_IDS, scope="module")
-def test_readout(runs: Callable[..., Any], vl_engine: Any, row: Row, clef_root: Path, manifest: dict[str, Any],
+def test_readout(runs: Callable[..., Any], engine: Any, row: Row, clef_root: Path, manifest: dict[str, Any],
                  receipt: Any) -> None:
     """d1's read-out on the answer slot: logz is log_softmax of the slot logits bit for bit, and the
     read-out of logz is the row's probabilities; the comparable unit goes to the receipt."""
-    run = _run(runs, vl_engine, row, clef_root, manifest, receipt)
+    run = _run(runs, engine, row, clef_root, manifest, receipt)
     slot = run.step.logits[-1:]
     assert_bits_equal(run.logz, readout.log_softmax(slot[0]), f"{row.label}: logz vs log_softmax(slot logits)")
     readout.assert_probs_equal(readout.group_probabilities(run.logz, run.groups), run.probs,
@@ -191,25 +180,25 @@ def test_readout(runs: Callable[..., Any], vl_engine: Any, row: Row, clef_root: 
 
 
 @pytest.mark.parametrize("row", ROWS, ids=ROW_IDS, scope="module")
-def test_absmax(runs: Callable[..., Any], vl_engine: Any, row: Row, clef_root: Path, manifest: dict[str, Any],
+def test_absmax(runs: Callable[..., Any], engine: Any, row: Row, clef_root: Path, manifest: dict[str, Any],
                 receipt: Any) -> None:
     """Per decoder layer, the residual stream's absmax (position 0, the rest, overall, where) and the
     MLP down-projection input's, for ``oracles survey``; two chosen runs keep every layer's stream."""
-    run = _run(runs, vl_engine, row, clef_root, manifest, receipt)
+    run = _run(runs, engine, row, clef_root, manifest, receipt)
     figures = absmax_record(run.step, f"{row.label}")
-    receipt.update(kind="absmax", pin=clef.CLEF_PIN, **{k: v for k, v in figures.items() if k != "run"}, run=row.label)
+    receipt.update(kind="absmax", pin=engine.pin, **{k: v for k, v in figures.items() if k != "run"}, run=row.label)
     if row.key in STREAM_RUNS:
         receipt.array("residual_stream", run.step.layers)  # [L + 1, T, D]
-    assert len(figures["layers"]) == vl_engine.num_layers
+    assert len(figures["layers"]) == engine.num_layers
 
 
 @pytest.mark.parametrize("row", DECODE_ROWS, ids=[r.label for r in DECODE_ROWS], scope="module")
-def test_decode_positions(runs: Callable[..., Any], vl_engine: Any, row: Row, clef_root: Path,
+def test_decode_positions(runs: Callable[..., Any], engine: Any, row: Row, clef_root: Path,
                           manifest: dict[str, Any], receipt: Any) -> None:
     """Decode steps after a prefill sit at cache length + delta on all three planes, delta from the
     prefill's closed-form planes; the prefill itself matches the closed form too."""
-    run = _run(runs, vl_engine, row, clef_root, manifest, receipt)
-    dec = runs(("clef-decode", vl_engine.id, row.key), lambda: run_decode(vl_engine, run.rendered.prompt))
+    run = _run(runs, engine, row, clef_root, manifest, receipt)
+    dec = runs(("clef-decode", engine.id, row.key), lambda: run_decode(engine, run.rendered.prompt))
     spec = vision_spec(clef_root)
     want = mrope_planes(dec.ids, _media(run), spec.image_id, spec.video_id, spec.merge)
     assert not first_mismatches(dec.prefill, want), f"{row.label}: cached prefill planes: {first_mismatches(dec.prefill, want)}"
@@ -223,18 +212,16 @@ def test_decode_positions(runs: Callable[..., Any], vl_engine: Any, row: Row, cl
 
 
 @pytest.mark.parametrize("pair", PAIRS, ids=[f"{a}>{b}" for a, b in PAIRS], scope="module")
-def test_second_request(vl_engine: Any, pair: tuple[str, str], clef_root: Path, manifest: dict[str, Any],
+def test_second_request(engine: Any, pair: tuple[str, str], clef_root: Path, manifest: dict[str, Any],
                         receipt: Any) -> None:
     """A request after another on the same engine gets its own planes and delta, not the first one's
     (both libraries keep the last delta on the model). The first request's delta is nonzero, so a
     stale delta would show."""
-    from oracles.families.clef_run import build_prompt
-
     spec = vision_spec(clef_root)
     runs_ = []
     for label in pair:
-        rendered = build_prompt(vl_engine, BY_LABEL[label], spec, manifest)
-        dec = run_decode(vl_engine, rendered.prompt)
+        rendered = build_prompt(engine, BY_LABEL[label], spec, manifest)
+        dec = run_decode(engine, rendered.prompt)
         media = [Media(k, g) for k, g in zip(rendered.kinds, rendered.grids)]
         runs_.append((label, dec, mrope_planes(dec.ids, media, spec.image_id, spec.video_id, spec.merge)))
     (first, dec_a, want_a), (second, dec_b, want_b) = runs_

@@ -13,7 +13,7 @@ import pytest
 
 from oracles.errors import FixtureError
 from oracles.families import clef
-from oracles.families.clef_run import all_rows, clef_engine_ids
+from oracles.families.clef_run import all_rows
 
 pytestmark = pytest.mark.clef
 
@@ -97,17 +97,6 @@ def test_arm_sha256_differs_by_arm_and_record() -> None:
     records = clef.load_records()
     keys = {clef.arm_sha256(r, a) for r in records for a in r.arms}
     assert len(keys) == sum(len(r.arms) for r in records)
-
-
-@pytest.mark.dry
-def test_clef_engine_ids() -> None:
-    def unavailable(engine: str) -> str | None:
-        return None if engine == "mlx-vlm" else "missing"
-
-    assert clef_engine_ids("torch", "auto", unavailable) == ["torch", "mlx-vlm"]
-    assert clef_engine_ids("torch", "auto", lambda e: "missing") == ["torch"]
-    assert clef_engine_ids("torch", "none", unavailable) == ["torch"]
-    assert clef_engine_ids("torch", "mlx-vlm,torch", unavailable) == ["torch", "mlx-vlm"]
 
 
 def test_pictures_redraw_to_the_committed_pixels(tmp_path: Path) -> None:

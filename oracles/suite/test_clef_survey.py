@@ -17,19 +17,18 @@ import pytest
 
 from oracles.checks.absmax import FP16_MAX, headroom, row_stats
 from oracles.cli import main as cli_main
-from oracles.families import clef, d1
+from oracles.families import DEFAULT_PIN, clef
 from oracles.families.clef_run import absmax_record
-from oracles.pins import DEFAULT_PIN
+from oracles.families.d1_rows import rows_view
 
 pytestmark = pytest.mark.clef
 
 TEXT_ROWS = [(r, q) for r in clef.load_records() if not r.media for q in r.request.questions]
-_D1 = json.loads(d1.ROWS.read_text())
-_BUCKET = {m["id"]: m["bucket"] for m in _D1["requests"]}
+_D1 = rows_view(DEFAULT_PIN)  # SmolLM2's d1 token ids (oracles/builtin/records/d1/tokens)
 #: The first d1 row of each of these buckets (state lengths in tokens): a short and a long context (the
 #: 1,024 bucket took 3 to 7 s more here and moved no maximum: the largest is at position 0).
 D1_BUCKETS = (64, 512)
-D1_ROWS = [next(r for r in _D1["rows"] if _BUCKET[r["id"]] == b) for b in D1_BUCKETS]
+D1_ROWS = [next(r for (rid, _), r in _D1.rows.items() if _D1.meta[rid]["bucket"] == b) for b in D1_BUCKETS]
 SURVEY_RUNS = [*(f"clef:{r.id}/{q.qid}" for r, q in TEXT_ROWS), *(f"d1:{r['id']}/{r['qid']}" for r in D1_ROWS)]
 
 
