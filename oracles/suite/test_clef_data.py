@@ -1,5 +1,5 @@
-"""clef records, arms and placeholder text without weights or pictures decoded (dry), and the committed
-pictures against their drawing script (PIL, not dry)."""
+"""clef's data: records, arms and placeholder text without weights or pictures decoded (dry); the
+committed pictures against their drawing script (PIL); the twin built twice to its pin's bytes (slow)."""
 
 from __future__ import annotations
 
@@ -113,3 +113,20 @@ def test_pictures_redraw_to_the_committed_pixels(tmp_path: Path) -> None:
         with Image.open(clef.IMAGES / name) as a, Image.open(tmp_path / name) as b:
             assert list(a.size) == entry["size"] == fresh["images"][name]["size"], name
             assert np.array_equal(np.asarray(a.convert("RGB")), np.asarray(b.convert("RGB"))), f"{name}: pixels differ"
+
+
+@pytest.mark.slow
+def test_twin_builds_twice_to_the_pinned_bytes(tmp_path: Path) -> None:
+    """``oracles materialize`` of the VL twin, twice into empty folders: each build verifies against the
+    committed pin (every file's bytes and sha256) and the two are byte-identical file by file."""
+    import filecmp
+
+    from oracles.families import BY_NAME
+    from oracles.materialize import materialize
+    from oracles.pins import load_pin
+
+    pin = load_pin(BY_NAME["clef"].default_pins[0])
+    built = [materialize(pin, tmp_path / name) for name in ("one", "two")]
+    assert all(b["built"] and b["digest"] == pin.digest for b in built), built
+    for name in pin.files:
+        assert filecmp.cmp(tmp_path / "one" / name, tmp_path / "two" / name, shallow=False), f"{name}: the builds differ"
