@@ -20,8 +20,8 @@ height, width):
   block's start ``s_b = a_b - S(a_b)``, is at ``(s_b, s_b + k // W'_b, s_b + k % W'_b)``;
 
 so text after a block resumes at ``s_b + max(H'_b, W'_b)``, and the rope delta a decode step adds to
-its cache length is ``delta = max over all planes and positions + 1 - T`` (``- sum of the shifts``
-when the prompt ends in text). A text-only prompt gives ``(i, i, i)`` and delta 0.
+its cache length on all three planes is ``delta = max over all planes and positions + 1 - T`` (that is
+``-S(T)`` when the prompt ends in text). A text-only prompt gives ``(i, i, i)`` and delta 0.
 
 Not covered, refused with :class:`ClosedFormGap` (never a silent pass): an image grid with ``t != 1``;
 a grid whose ``h`` or ``w`` is not a multiple of the merge size; runs of pads that do not match the

@@ -11,7 +11,7 @@ processor chooses (:func:`check_pads`), or the forward is refused naming the pic
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
@@ -80,7 +80,6 @@ class VisionStep(Step):
 
     media: tuple[MediaRun, ...] = ()
     down_in_absmax: np.ndarray | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def pixel_digest(rows: Any) -> dict[str, Any]:

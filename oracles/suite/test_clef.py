@@ -100,6 +100,8 @@ def test_tower_rows(runs: Callable[..., Any], engine: Any, row: Row, clef_root: 
             f"[{spec.tokens(m.grid)}, {engine.hidden_size}]"
         rows[m.kind] += m.tower.shape[0]
     receipt.update(tower=[dict(fingerprint(m.tower)) for m in run.step.media], pixels=[pixel_digest(m.pixels) for m in run.step.media])
+    if run.step.media:
+        receipt.array("tower", np.concatenate([m.tower for m in run.step.media]))  # [N, D], pictures in order
     assert rows == pads, f"{row.label}: tower rows {rows} vs pad tokens {pads}"
 
 
@@ -137,6 +139,7 @@ def test_final_norm(runs: Callable[..., Any], engine: Any, row: Row, clef_root: 
     """The final norm on the last layer's tapped residual stream equals the tapped final-norm output."""
     run = _run(runs, engine, row, clef_root, manifest, receipt)
     assert run.step.layers is not None and run.step.layers.shape[0] == engine.num_layers + 1
+    receipt.array("hidden", run.step.hidden)  # [T, D], the final norm's output the head read
     d = assert_bits_equal(engine.final_norm(run.step.layers[-1]), run.step.hidden,
                           f"{row.label}: final_norm(layers[-1]) vs hidden")
     receipt.update(bit_equal=d.equal)
