@@ -86,7 +86,7 @@ def pad_runs(ids: Sequence[int], pad_ids: Sequence[int]) -> list[tuple[int, int,
         j = i
         while j < n and is_pad[j]:
             j += 1
-        kinds = set(int(v) for v in a[i:j])
+        kinds = {int(v) for v in a[i:j]}
         if len(kinds) > 1:
             raise ClosedFormGap(f"closed form does not cover a run of pads mixing ids {sorted(kinds)} at {i}..{j - 1}")
         runs.append((i, j - i, int(a[i])))

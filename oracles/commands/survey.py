@@ -73,6 +73,17 @@ def _with_headroom(w: dict[str, Any] | None) -> dict[str, Any] | None:
     return None if w is None else {**w, **{f"headroom_{k}": v for k, v in headroom(w["max"]).items()}}
 
 
+def _layer(runs: list[dict[str, Any]], i: int) -> dict[str, Any]:
+    """Layer ``i``'s worst values over ``runs`` (one pin and engine), each with its run and headroom."""
+    def pick(field: str) -> dict[str, Any] | None:
+        return _with_headroom(worst([(r["layers"][i][field], r["run"]) for r in runs]))
+
+    best = max((r["layers"][i] for r in runs), key=lambda s: float(s["overall"]))
+    down = worst([(r["mlp_down_in"][i] if r["mlp_down_in"] else None, r["run"]) for r in runs])
+    return {"layer": i, "pos0": pick("pos0"), "rest": pick("rest"), "overall": pick("overall"),
+            "argmax_pos": best["argmax_pos"], "argmax_ch": best["argmax_ch"], "mlp_down_in": _with_headroom(down)}
+
+
 def survey(records: list[dict[str, Any]]) -> dict[str, Any]:
     """Per ``pin/engine``: per-layer worst values with headroom, and the overall worst (module docstring).
 
@@ -87,15 +98,7 @@ def survey(records: list[dict[str, Any]]) -> dict[str, Any]:
         n = {len(r["layers"]) for r in runs}
         if len(n) != 1:
             raise FixtureError(f"{name}: runs with {sorted(n)} layers")
-        layers = []
-        for i in range(n.pop()):
-            def pick(field: str, i: int = i) -> dict[str, Any] | None:
-                return _with_headroom(worst([(r["layers"][i][field], r["run"]) for r in runs]))
-            best = max(runs, key=lambda r, i=i: r["layers"][i]["overall"])
-            layers.append({"layer": i, "pos0": pick("pos0"), "rest": pick("rest"), "overall": pick("overall"),
-                           "argmax_pos": best["layers"][i]["argmax_pos"], "argmax_ch": best["layers"][i]["argmax_ch"],
-                           "mlp_down_in": _with_headroom(worst([(r["mlp_down_in"][i] if r["mlp_down_in"] else None,
-                                                                 r["run"]) for r in runs]))})
+        layers = [_layer(runs, i) for i in range(n.pop())]
         out[name] = {
             "runs": len(runs), "layers": layers,
             "layer_input": _with_headroom(worst([(r["layer_input"]["overall"], r["run"]) for r in runs])),

@@ -245,7 +245,7 @@ class MlxVlmPort(Engine):
             return []
         kind, grid_key, pixel_key = (("image", "image_grid_thw", "pixel_values") if "image_grid_thw" in pixels
                                      else ("video", "video_grid_thw", "pixel_values_videos"))
-        grids = [tuple(int(v) for v in g) for g in np.asarray(pixels[grid_key])]
+        grids = [(int(t), int(h), int(w)) for t, h, w in np.asarray(pixels[grid_key])]
         rows = split_rows(np.array(tower[-1][2][0], dtype=np.float32), grids, self.spec)
         px = np.split(np.asarray(pixels[pixel_key], dtype=np.float32), np.cumsum([t * h * w for t, h, w in grids])[:-1])
         return [MediaRun(kind, g, r, q) for g, r, q in zip(grids, rows, px)]

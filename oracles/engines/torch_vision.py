@@ -73,7 +73,7 @@ def _pil(image: Any) -> Any:
 class VisionPath:
     """The VL forward of a loaded :class:`TorchReference` (see the module docstring)."""
 
-    def __init__(self, engine: "TorchReference") -> None:
+    def __init__(self, engine: TorchReference) -> None:
         from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
         self.engine = engine
@@ -226,7 +226,7 @@ class VisionPath:
                                           ("video", "video_grid_thw", "pixel_values_videos")):
             if grid_key not in inputs:
                 continue
-            grids = [tuple(int(v) for v in g) for g in inputs[grid_key].tolist()]
+            grids = [(int(t), int(h), int(w)) for t, h, w in inputs[grid_key].tolist()]
             pixels = inputs[pixel_key].numpy()
             rows = split_rows(next(calls), grids, self.spec)
             patch_rows = np.split(pixels, np.cumsum([t * h * w for t, h, w in grids])[:-1])

@@ -37,7 +37,7 @@ class VisionSpec:
     fps: float = 2.0
 
     @classmethod
-    def from_config(cls, config: dict[str, Any], video_processor: dict[str, Any] | None = None) -> "VisionSpec":
+    def from_config(cls, config: dict[str, Any], video_processor: dict[str, Any] | None = None) -> VisionSpec:
         """Read a transformers VL ``config.json`` (and ``video_preprocessor_config.json``'s ``fps``).
 
         Raises:

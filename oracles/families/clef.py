@@ -102,11 +102,12 @@ def _picture(entry: Any, where: str, manifest: dict[str, dict[str, Any]]) -> Pic
     files = (value,) if kind == "image" else value
     if not isinstance(files, (list, tuple)) or not files or not all(isinstance(f, str) for f in files):
         raise FixtureError(f"{where}: field '{kind}' must name {'a file' if kind == 'image' else 'frame files'}")
-    sizes = set()
+    sizes: set[tuple[int, int]] = set()
     for f in files:
         if f not in manifest:
             raise FixtureError(f"{where}: picture {f!r} is not in {IMAGES / 'manifest.json'}")
-        sizes.add(tuple(int(v) for v in manifest[f]["size"]))
+        width, height = manifest[f]["size"]
+        sizes.add((int(width), int(height)))
     if len(sizes) != 1:
         raise FixtureError(f"{where}: the frames of a video must share one size, got {sorted(sizes)}")
     return Picture(kind, tuple(files), sizes.pop())

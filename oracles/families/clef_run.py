@@ -172,5 +172,5 @@ def memo_row(runs: Any, engine: Any, row: Row, spec: VisionSpec, manifest: dict[
     return runs(("clef", engine.id, engine.pin, row.key), compute), bool(made)
 
 
-__all__ = ["CLEF_SAMPLE_TOKENS", "DecodeRun", "Row", "RowPrompt", "RowRun", "STREAM_RUNS", "absmax_record",
+__all__ = ["CLEF_SAMPLE_TOKENS", "STREAM_RUNS", "DecodeRun", "Row", "RowPrompt", "RowRun", "absmax_record",
            "all_rows", "build_prompt", "encoder", "memo_row", "run_decode", "run_row", "vision_spec"]

@@ -227,7 +227,7 @@ def test_second_request(engine: Any, pair: tuple[str, str], clef_root: Path, man
         dec = run_decode(engine, rendered.prompt)
         media = [Media(k, g) for k, g in zip(rendered.kinds, rendered.grids)]
         runs_.append((label, dec, mrope_planes(dec.ids, media, spec.image_id, spec.video_id, spec.merge)))
-    (first, dec_a, want_a), (second, dec_b, want_b) = runs_
+    (first, _, want_a), (second, dec_b, want_b) = runs_
     receipt.update(deltas=[rope_delta(want_a), rope_delta(want_b)])
     assert rope_delta(want_a) != rope_delta(want_b), f"{first} and {second} have one delta: the check could not fail"
     assert not first_mismatches(dec_b.prefill, want_b), f"{second} after {first}: {first_mismatches(dec_b.prefill, want_b)}"

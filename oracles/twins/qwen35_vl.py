@@ -70,8 +70,6 @@ VISION_CONFIG: dict[str, Any] = {
     "spatial_merge_size": MERGE, "temporal_patch_size": TEMPORAL_PATCH, "out_hidden_size": 64,
     "num_position_embeddings": 64, "initializer_range": INITIALIZER_RANGE,
 }
-TOKEN_IDS = {"image_token_id": IMAGE_ID, "video_token_id": VIDEO_ID, "vision_start_token_id": VISION_START_ID,
-             "vision_end_token_id": VISION_END_ID}
 #: ChatML, as Qwen's templates render a turn; media placeholders are part of the content string.
 CHAT_TEMPLATE = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
                  "'<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
@@ -166,8 +164,9 @@ def build(seed: int, out: Path, tokenizer_root: Path | None = None) -> str:
     from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
 
     train_tokenizer(out)
-    config = Qwen3_5Config(text_config=dict(TEXT_CONFIG), vision_config=dict(VISION_CONFIG),
-                           tie_word_embeddings=False, **TOKEN_IDS)
+    config = Qwen3_5Config(text_config=dict(TEXT_CONFIG), vision_config=dict(VISION_CONFIG), tie_word_embeddings=False,
+                           image_token_id=IMAGE_ID, video_token_id=VIDEO_ID, vision_start_token_id=VISION_START_ID,
+                           vision_end_token_id=VISION_END_ID)
     torch.manual_seed(seed)
     model = Qwen3_5ForConditionalGeneration(config).to(torch.float32).eval()
     _jitter_norms(model, seed)
