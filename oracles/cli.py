@@ -1,4 +1,4 @@
-"""The ``oracles`` command: ``materialize | records | receipts | compare | summarize``.
+"""The ``oracles`` command: ``materialize | records | receipts | compare | summarize | survey``.
 
 Each subcommand lives in its own module and is imported only when called, so ``oracles receipts``
 never imports torch. Pins and token ids are looked up in the project of the current folder (its
@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "receipts": ("oracles.commands.receipts", "list receipts, or print one's checks table"),
     "compare": ("oracles.commands.compare", "hold a port's receipt against a reference receipt, record by record"),
     "summarize": ("oracles.commands.summarize", "summarise a d1 receipt: gold agreement, near ties, red arms"),
+    "survey": ("oracles.commands.survey", "activation absmax per layer of a receipt's runs against the fp16 limit (JSON + PNG)"),
 }
 
 

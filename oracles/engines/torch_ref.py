@@ -68,22 +68,27 @@ class TorchReference(TorchCohort):
 
     @classmethod
     def unsupported_pin(cls, pin: Any) -> str | None:
-        if pin.modality != "text":
-            return f"this adapter loads text models (AutoModelForCausalLM); pin {pin.name} is {pin.model_class}"
+        from oracles.engines.torch_vision import VISION_CLASSES
+
+        if pin.modality != "text" and pin.model_class not in VISION_CLASSES:
+            return (f"this adapter loads text models and the vision-language classes {', '.join(VISION_CLASSES)}; "
+                    f"pin {pin.name} is {pin.model_class}")
         return None
 
     def __init__(self, root: Path, pin: str, threads: int = 0) -> None:
         super().__init__(root, pin, threads)
         hub_offline()
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoTokenizer
+
+        from oracles.engines.torch_vision import VisionPath, is_vision_config, model_class
 
         if threads > 0:
             torch.set_num_threads(threads)
         self.tokenizer = AutoTokenizer.from_pretrained(self.root)
-        self.model = AutoModelForCausalLM.from_pretrained(self.root, dtype=torch.float32,
-                                                          device_map=self.device).eval()
-        cfg = self.model.config
+        self.model = model_class(self.root).from_pretrained(self.root, dtype=torch.float32,
+                                                            device_map=self.device).eval()
+        cfg = self.model.config.get_text_config()  # a VL config holds the text model's under text_config
         self.vocab_size = int(cfg.vocab_size)
         self.hidden_size = int(cfg.hidden_size)
         self.num_layers = int(cfg.num_hidden_layers)
@@ -97,6 +102,7 @@ class TorchReference(TorchCohort):
         self._decoder.embed_tokens.register_forward_hook(self._tap_layer)
         for layer in self._decoder.layers:
             layer.register_forward_hook(self._tap_layer)
+        self._vision = VisionPath(self) if is_vision_config(self.root) else None  # images and video
 
     def _tap_layer(self, _module: Any, _inputs: Any, output: Any) -> None:
         if self._layer_rows is not None:
@@ -125,6 +131,8 @@ class TorchReference(TorchCohort):
     @inference_mode
     def forward(self, prompt: Prompt | Sequence[int], cache: Any | None = None, keep: int = 0,
                 layers: bool = False) -> Step:
+        if self._vision is not None:
+            return self._vision.forward(prompt, cache, keep, layers)
         ids = self.text_ids(prompt)
         check_forward_length(self, self.cache_length(cache), len(ids))
         self._captured.clear()
@@ -143,6 +151,17 @@ class TorchReference(TorchCohort):
         if keep:
             hidden = hidden[-keep:]
         return Step(logits=_to_f4(out.logits[0]), hidden=_to_f4(hidden), layers=stream)
+
+    @inference_mode
+    def plain_logits(self, prompt: Prompt | Sequence[int]) -> np.ndarray:
+        """``[T, V]`` float32 logits of a plain ``model(**inputs)`` call on a cold prompt (no cache,
+        nothing captured): the independent forward a hooked run is held against."""
+        if self._vision is not None:
+            return self._vision.plain_logits(prompt)
+        try:
+            return _to_f4(self.model(input_ids=self._ids_tensor([self.text_ids(prompt)])).logits[0])
+        finally:
+            self._captured.clear()
 
     @inference_mode
     def lm_head(self, hidden: np.ndarray) -> np.ndarray:
