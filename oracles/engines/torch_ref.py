@@ -138,6 +138,12 @@ class TorchReference(Engine):
             hidden = hidden[-keep:]
         return Step(logits=_to_f4(out.logits[0]), hidden=_to_f4(hidden), layers=stream)
 
+    def taps(self, prompt: Prompt | Sequence[int]) -> Any:
+        """Layer taps by forward hooks on each layer's attention and MLP (:func:`oracles.engines.taps.torch_taps`)."""
+        from oracles.engines.taps import torch_taps
+
+        return torch_taps(self, self.text_ids(prompt))
+
     @inference_mode
     def lm_head(self, hidden: np.ndarray) -> np.ndarray:
         return _to_f4(self.model.get_output_embeddings()(self._from_f4(hidden)))
