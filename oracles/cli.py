@@ -1,4 +1,4 @@
-"""The ``oracles`` command: ``materialize | records | receipts | compare | summarize``.
+"""The ``oracles`` command: ``materialize | records | receipts | compare | summarize | bisect | faults``.
 
 Each subcommand lives in its own module and is imported only when called, so ``oracles receipts``
 never imports torch.
@@ -21,6 +21,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "receipts": ("oracles.commands.receipts", "list receipts, or print one's checks table"),
     "compare": ("oracles.commands.compare", "hold a port's receipt against a reference receipt, record by record"),
     "summarize": ("oracles.commands.summarize", "summarise a d1 receipt: gold agreement, near ties, red arms"),
+    "bisect": ("oracles.commands.bisect", "name the first layer where a port leaves the reference on one record"),
+    "faults": ("oracles.commands.faults", "print the fault panel's detection matrix from a receipt"),
 }
 
 

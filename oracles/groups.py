@@ -12,11 +12,13 @@ from __future__ import annotations
 from typing import Any, Container, Mapping
 
 #: Family marker -> the namespace of session runs its tests read, in the order a test carrying
-#: several markers is matched: the port tests of test_port.py read the mtplx runs.
-RUN_NAMESPACES = {"mtplx_chat": "mtplx_chat", "mtplx": "mtplx", "port": "mtplx", "d1": "d1"}
+#: several markers is matched: the port tests of test_port.py read the mtplx runs; the fault panel's
+#: (marked port too) read their own.
+RUN_NAMESPACES = {"faults": "faults", "mtplx_chat": "mtplx_chat", "mtplx": "mtplx", "port": "mtplx", "d1": "d1"}
 #: Parameter names that carry a test's record: an object with ``.id``, a ``(record id, ...)`` tuple
-#: (d1's ``(request, question)`` keys, ``(base, arm)`` red arms), or the id itself.
-RECORD_PARAMS = ("record", "prompt", "key", "rid", "arm")
+#: (d1's ``(request, question)`` keys, ``(base, arm)`` red arms), or the id itself; the fault panel's
+#: tests group by the pin their rows run on (``panel``), whose reference runs they share.
+RECORD_PARAMS = ("record", "prompt", "key", "rid", "arm", "panel")
 
 
 def record_group(markers: Container[str], params: Mapping[str, Any]) -> str | None:

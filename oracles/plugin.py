@@ -36,6 +36,7 @@ MARKERS = {
     "clef": "vision oracle family: M-RoPE, image embeds, span decoding",
     "cohort": "decode cohort family: serial vs batched lanes bit-exact, snapshot/restore",
     "port": "a port engine held against the reference, record by record",
+    "faults": "fault panel: ports with one injected fault each, the detection matrix and bisect's localisation",
 }
 
 

@@ -38,7 +38,7 @@ from oracles.receipts import (
 )
 
 #: Family markers in the order a test's family is chosen when it carries several.
-FAMILIES = ("mtplx_chat", "mtplx", "d1", "clef", "cohort", "port")
+FAMILIES = ("mtplx_chat", "mtplx", "d1", "clef", "cohort", "faults", "port")
 #: The user_properties keys this plugin uses on reports.
 DATA_KEY = "oracles.data"
 EVENTS_KEY = "oracles.events"
