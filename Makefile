@@ -34,7 +34,7 @@ materialize: setup
 	$(BIN)/oracles materialize smollm2-draft-twin  # the speculative oracles' draft; needs $(PIN)'s tokenizer
 
 oracle: materialize
-	$(BIN)/python -m pytest tests/oracles --runslow --receipt-tag oracle $(PARALLEL) $(PYTEST_ARGS); status=$$?; \
+	$(BIN)/python -m pytest oracles/suite --runslow --receipt-tag oracle $(PARALLEL) $(PYTEST_ARGS); status=$$?; \
 	$(BIN)/oracles receipts --latest receipts/oracle; exit $$status
 
 test: materialize

@@ -45,7 +45,7 @@ def main() -> int:
     start = time.perf_counter()
     engine = engine_class(a.engine)(root, pin.name, a.threads)
     load_s = time.perf_counter() - start
-    rows_doc = json.loads(d1.ROWS.read_text())
+    rows_doc = d1.rows_doc(DEFAULT_PIN)
     meta = {r["id"]: r for r in rows_doc["requests"]}
     rows = {(r["id"], r["qid"]): r for r in rows_doc["rows"]}
     requests = [r for r in d1.load_requests() if meta[r.id]["bucket"] <= a.max_bucket]

@@ -57,10 +57,10 @@ def bare(threads: int) -> None:
     for engine_id in ids:
         e = engines(engine_id)
         port = engine_id != "torch"
-        for rec in load_prompts():
+        for rec in (r.bind(e.pin) for r in load_prompts()):
             if not (port and len(rec.ids) > PORT_MAX_TOKENS):
                 ex.prefill(runs, e, rec)
-        for rec in ex.GENERATION:
+        for rec in (r.bind(e.pin) for r in ex.GENERATION):
             ex.decode(runs, e, rec)
             for mode in ("greedy", "sampled"):
                 ex.generate(runs, e, rec, mode, 1)
@@ -72,9 +72,10 @@ def bare(threads: int) -> None:
                 ex.windowed_generate(runs, e, rec, ex.KV_WINDOW)
                 ex.library_speculative(runs, engines, e, rec, "twin", ex.KV_WINDOW)
         for chat in ex.CHATS:
-            if not (port and chat.budget_tokens > PORT_MAX_TOKENS):
+            if not (port and chat.port_tokens(e.pin) > PORT_MAX_TOKENS):
                 ex.chat(runs, e, chat)
-        cohort.run_cohort(e, cohort_test.LANES, cohort_test.STEPS)  # test_cohort_decode.py's lanes and steps
+        arith = cohort_test.RECORD.bind(e.pin)  # test_cohort_decode.py's lanes and steps
+        cohort.run_cohort(e, cohort.cut_lanes(arith.id, arith.ids, cohort_test.SLICES), cohort_test.STEPS)
 
 
 def timed(cmd: list[str]) -> tuple[float, int]:
@@ -94,7 +95,7 @@ def main() -> int:
         return 0
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     py = sys.executable
-    suite = [py, "-m", "pytest", "tests/oracles", "-m", "mtplx or mtplx_chat or port", "--runslow", "-p", "no:randomly", "-q",
+    suite = [py, "-m", "pytest", "oracles/suite", "-m", "mtplx or mtplx_chat or port", "--runslow", "-p", "no:randomly", "-q",
              "--receipt-tag", "bench-execution", "--oracle-threads", str(args.threads)]
     script = [py, str(Path(__file__).resolve()), "--bare", "--threads", str(args.threads)]
     for r in range(args.rounds):

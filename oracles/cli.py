@@ -1,7 +1,8 @@
 """The ``oracles`` command: ``materialize | records | receipts | compare | summarize | bisect | faults``.
 
 Each subcommand lives in its own module and is imported only when called, so ``oracles receipts``
-never imports torch.
+never imports torch. Pins and token ids are looked up in the project of the current folder (its
+pytest ini file's ``oracles_pins`` / ``oracles_records``: :mod:`oracles.project`), then the built-in ones.
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ def main(argv: list[str] | None = None) -> int:
             module.add_arguments(sp)
             runners[name] = module.run
     args = parser.parse_args(argv)
+    from oracles.project import project_dirs, use_project
+
+    use_project(project_dirs())
     try:
         status = runners[args.command](args)
         sys.stdout.flush()  # a closed pipe shows here, inside the handler, not at interpreter exit

@@ -15,6 +15,10 @@ class PinError(OracleError):
     """A pin file is malformed or a snapshot does not match its pin (file, expected and actual digest)."""
 
 
+class TokensMissing(FixtureError):
+    """A family has no token ids for a pin's tokenizer; the message names the command that writes them."""
+
+
 class NonFiniteError(OracleError, ValueError):
     """An array holds NaN or infinity where a finite value is required (count and first index named)."""
 

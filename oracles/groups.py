@@ -11,25 +11,25 @@ from __future__ import annotations
 
 from typing import Any, Container, Mapping
 
-#: Family marker -> the namespace of session runs its tests read, in the order a test carrying
-#: several markers is matched: the port tests of test_port.py read the mtplx runs; the fault panel's
-#: (marked port too) read their own.
-RUN_NAMESPACES = {"faults": "faults", "mtplx_chat": "mtplx_chat", "mtplx": "mtplx", "port": "mtplx", "d1": "d1"}
+from oracles.families import family_of
+
 #: Parameter names that carry a test's record: an object with ``.id``, a ``(record id, ...)`` tuple
-#: (d1's ``(request, question)`` keys, ``(base, arm)`` red arms), or the id itself; the fault panel's
-#: tests group by the pin their rows run on (``panel``), whose reference runs they share.
-RECORD_PARAMS = ("record", "prompt", "key", "rid", "arm", "panel")
+#: (d1's ``(request, question)`` keys, ``(base, arm)`` red arms), or the id itself.
+RECORD_PARAMS = ("record", "prompt", "key", "rid", "arm")
 
 
 def record_group(markers: Container[str], params: Mapping[str, Any]) -> str | None:
-    """``"<runs namespace>:<record id>"`` for an oracle test, the namespace alone when it has no record
-    parameter, ``None`` for a test of no oracle family (unit tests go wherever a worker is free).
+    """``"<runs namespace>:<pin>:<record id>"`` for an oracle test (``<pin>:`` when it has a ``pin``
+    parameter; the namespace is its family's :attr:`~oracles.families.Family.runs`), the namespace
+    (and pin) alone when it has no record parameter, ``None`` for a test of no oracle family (unit tests
+    go wherever a worker is free).
 
     ``markers``: the test's keywords (marker names among them); ``params``: its ``callspec.params``.
     """
-    namespace = next((ns for marker, ns in RUN_NAMESPACES.items() if marker in markers), None)
-    if namespace is None:
+    family = family_of(markers)
+    if family is None:
         return None
+    namespace = family.runs + (f":{params['pin']}" if isinstance(params.get("pin"), str) else "")
     for name in RECORD_PARAMS:
         if name in params:
             value = params[name]

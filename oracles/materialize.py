@@ -115,7 +115,7 @@ def materialize(pin: Pin, dest: Path | None = None, *, write_pin: bool = False) 
 #: twin:NAME -> (builder module with ``build(seed, out, tokenizer_root) -> class name``, the pin
 #: whose verified snapshot lends its tokenizer files).
 TWINS: dict[str, tuple[str, str]] = {
-    "llama-draft": ("oracles.twin_draft", "smollm2-135m-instruct"),
+    "llama-draft": ("oracles.twins.draft", "smollm2-135m-instruct"),
 }
 
 

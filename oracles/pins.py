@@ -1,8 +1,8 @@
 """Pins: what a snapshot must be, where it comes from, and its verification.
 
-A pin file (``fixtures/pins/NAME.json``) holds::
+A pin file (``NAME.json`` in a project's pins folder, or built in under ``oracles/builtin/pins``) holds::
 
-    {"name": ..., "source": "pypi:PKG==VER#FILE" | "hf:REPO@REVISION" | "twin:CONFIG#SEED",
+    {"name": ..., "source": "pypi:PKG==VER#FILE" | "hf:REPO@REVISION" | "twin:CONFIG#SEED" | "local:PATH",
      "source_sha256": <sha256 of the source file, for pypi sources>,
      "model_class": "LlamaForCausalLM",
      "files": {"config.json": {"bytes": N, "sha256": HEX}, ...},
@@ -10,6 +10,11 @@ A pin file (``fixtures/pins/NAME.json``) holds::
      "built_with": {"transformers": VER, ...}}
 
 Verification reads every pinned file's bytes once and compares size and sha256, before any load.
+
+Pins are looked up in a :class:`PinStore`: the project's pins folder (pytest ini option ``oracles_pins``,
+default ``fixtures/pins`` beside the ini file), then the built-in pins that ship in the package. The
+plugin and the ``oracles`` command each make the store once (:func:`use_store`); everything that loads
+a pin by name reads that store.
 """
 
 from __future__ import annotations
@@ -29,9 +34,17 @@ from typing import Any
 from oracles.errors import PinError
 from oracles.receipts import load_json
 
-PINS_DIR = Path(__file__).resolve().parent.parent / "fixtures" / "pins"
+BUILTIN = Path(__file__).resolve().parent / "builtin"
+BUILTIN_PINS = BUILTIN / "pins"
 DEFAULT_PIN = "smollm2-135m-instruct"
-_SOURCE = re.compile(r"(?P<kind>pypi|hf|twin):(?P<what>[^#@=]+)(?:(?:==|@)(?P<version>[^#]+))?(?:#(?P<file>.+))?")
+_SOURCE = re.compile(r"(?P<kind>pypi|hf|twin):(?P<what>[^#@=]+)(?:(?:==|@)(?P<version>[^#]+))?(?:#(?P<file>.+))?"
+                     r"|(?P<local>local):(?P<path>.+)")
+#: Files that make a tokenizer and its chat template: their digests name the tokenizer (token ids kept
+#: per tokenizer are shared by every pin with the same ones).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "chat_template.json",
+                   "special_tokens_map.json", "tokenizer.model", "vocab.json", "merges.txt")
+#: Model classes of vision-language models (the clef family's pins); every other class is a text model.
+VISION_CLASS_SUFFIXES = ("ForConditionalGeneration", "ForImageTextToText", "ForVision2Seq")
 
 
 @dataclass(frozen=True)
@@ -66,27 +79,101 @@ class Pin:
         assert match is not None  # checked in load_pin
         return match.groupdict()
 
+    @property
+    def modality(self) -> str:
+        """``"vision"`` for a vision-language model class, else ``"text"``."""
+        return "vision" if self.model_class.endswith(VISION_CLASS_SUFFIXES) else "text"
 
-def pin_path(name: str, pins_dir: Path = PINS_DIR) -> Path:
-    return pins_dir / f"{name}.json"
+    @property
+    def untrained(self) -> bool:
+        """A ``twin:`` source: seeded random weights. Such a model never learnt to stop, so checks that a
+        generation reaches its stop token do not apply to it (every equality check still does)."""
+        return self.source.startswith("twin:")
+
+    @property
+    def tokenizer_sha256(self) -> str:
+        """sha256 over the pinned tokenizer and chat-template files (:data:`TOKENIZER_FILES`): two pins
+        with equal tokenizers share their per-tokenizer token ids.
+
+        Raises:
+            PinError: the pin lists none of those files.
+        """
+        names = sorted(n for n in self.files if Path(n).name in TOKENIZER_FILES)
+        if not names:
+            raise PinError(f"{self.path}: field 'files' lists no tokenizer file ({', '.join(TOKENIZER_FILES[:2])}, ...)")
+        h = hashlib.sha256()
+        for name in names:
+            h.update(f"{name}\0{self.files[name].sha256}\n".encode())
+        return h.hexdigest()
 
 
-def available_pins(pins_dir: Path = PINS_DIR) -> list[str]:
-    return sorted(p.stem for p in pins_dir.glob("*.json"))
+@dataclass(frozen=True)
+class PinStore:
+    """The folders pins are found in, searched in order: the project's, then the built-in ones."""
+
+    dirs: tuple[Path, ...]
+
+    @classmethod
+    def with_project(cls, project_pins: Path | None) -> "PinStore":
+        """The project's folder (when given and different from the built-in one) before the built-in pins."""
+        dirs = [BUILTIN_PINS]
+        if project_pins is not None and project_pins.resolve() != BUILTIN_PINS:
+            dirs.insert(0, project_pins.resolve())
+        return cls(tuple(dirs))
+
+    def path(self, name: str) -> Path | None:
+        """The file of pin ``name`` in the first folder that has one, else None."""
+        return next((d / f"{name}.json" for d in self.dirs if (d / f"{name}.json").is_file()), None)
+
+    def names(self) -> list[str]:
+        """Every pin name in the store, sorted."""
+        return sorted({p.stem for d in self.dirs if d.is_dir() for p in d.glob("*.json")})
+
+    def describe(self) -> str:
+        return " then ".join(str(d) for d in self.dirs)
 
 
-def load_pin(name_or_path: str | Path, pins_dir: Path = PINS_DIR) -> Pin:
-    """Read and validate a pin file by name (under ``fixtures/pins``) or path.
+_STORE: list[PinStore] = [PinStore((BUILTIN_PINS,))]
+
+
+def use_store(store: PinStore) -> None:
+    """Make ``store`` the one pins are loaded from by name (the plugin at configure, the CLI at start)."""
+    _STORE[0] = store
+
+
+def store() -> PinStore:
+    """The store pins are loaded from by name (:func:`use_store`)."""
+    return _STORE[0]
+
+
+def available_pins() -> list[str]:
+    """Every pin name of the active store."""
+    return store().names()
+
+
+def load_pin(name_or_path: str | Path, where: PinStore | None = None) -> Pin:
+    """Read and validate a pin file by name (in ``where``, default the active :class:`PinStore`) or by
+    path (``*.json``).
 
     Raises:
-        PinError: unknown name (listing the known ones), or a malformed file naming path and field.
+        PinError: unknown name (listing the known ones and the folders searched), or a malformed file
+            naming path and field.
         FixtureError: the file is not valid JSON (path, line and column).
     """
-    path = Path(name_or_path)
-    if path.suffix != ".json":
-        path = pin_path(str(name_or_path), pins_dir)
-        if not path.is_file():
-            raise PinError(f"unknown pin {str(name_or_path)!r}: no {path}; known pins: {', '.join(available_pins(pins_dir)) or 'none'}")
+    if Path(name_or_path).suffix == ".json":
+        return _load_file(Path(name_or_path))
+    return _load_named(str(name_or_path), where or store())
+
+
+def _load_named(name: str, where: PinStore) -> Pin:
+    path = where.path(name)
+    if path is None:
+        raise PinError(f"unknown pin {name!r}: no {name}.json in {where.describe()}; "
+                       f"known pins: {', '.join(where.names()) or 'none'}")
+    return _load_file(path)
+
+
+def _load_file(path: Path) -> Pin:
     obj = load_json(path)
 
     def need(key: str, kind: type) -> Any:
@@ -98,7 +185,8 @@ def load_pin(name_or_path: str | Path, pins_dir: Path = PINS_DIR) -> Pin:
     if name != path.stem:
         raise PinError(f"{path}: field 'name' is {name!r} but the file is named {path.stem!r}")
     if not _SOURCE.fullmatch(source):
-        raise PinError(f"{path}: field 'source' {source!r} is not pypi:PKG==VER#FILE, hf:REPO@REV or twin:CONFIG#SEED")
+        raise PinError(f"{path}: field 'source' {source!r} is not pypi:PKG==VER#FILE, hf:REPO@REV, twin:CONFIG#SEED "
+                       "or local:PATH")
     digests = {}
     for rel, entry in files.items():
         if (not isinstance(entry, dict) or type(entry.get("bytes")) is not int
@@ -193,7 +281,7 @@ def verify_snapshot(pin: Pin, root: Path) -> dict[str, Any]:
             "seconds": round(time.perf_counter() - start, 4)}
 
 
-def parse_snapshot_options(values: list[str], pins_dir: Path = PINS_DIR) -> dict[str, Path]:
+def parse_snapshot_options(values: list[str], where: PinStore | None = None) -> dict[str, Path]:
     """``["NAME=PATH", ...]`` from ``--snapshot`` -> {name: path}.
 
     Raises:
@@ -205,8 +293,9 @@ def parse_snapshot_options(values: list[str], pins_dir: Path = PINS_DIR) -> dict
         name, sep, path = value.partition("=")
         if not sep or not name or not path:
             raise PinError(f"--snapshot {value!r}: expected NAME=PATH")
-        if not pin_path(name, pins_dir).is_file():
-            raise PinError(f"--snapshot {value!r}: unknown pin {name!r}; known pins: {', '.join(available_pins(pins_dir))}")
+        pins = where or store()
+        if pins.path(name) is None:
+            raise PinError(f"--snapshot {value!r}: unknown pin {name!r}; known pins: {', '.join(pins.names())}")
         root = Path(path).expanduser().resolve()
         if not root.is_dir():
             what = "is not a folder" if root.exists() else "does not exist"

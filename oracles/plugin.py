@@ -1,5 +1,10 @@
-"""pytest hooks and options of pytest-oracles. State lives in :class:`oracles.state.RunState`;
-the ``receipt`` fixture's object is :class:`oracles.receipts.Receipt`.
+"""pytest hooks and options of pytest-oracles; each hook delegates to a session object.
+
+Installed, the plugin changes nothing in a project that did not ask for it: it registers its options,
+markers and fixtures (inert until a test asks), and nothing else happens (no receipt, partial log,
+environment variable or terminal section) unless the project's ini file says ``oracles = true`` or the
+run passes a receipt option (``--receipts-dir``, ``--receipt-tag``, ``--resume``). The tests of the
+shipped suite (``oracles.suite``) keep their slow and gpu gates either way.
 
 Imports here stay light (no torch, transformers or mlx): ``pytest -m dry`` must not load them.
 """
@@ -7,48 +12,40 @@ Imports here stay light (no torch, transformers or mlx): ``pytest -m dry`` must 
 from __future__ import annotations
 
 import math
-import os
 import re
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from oracles import collect
 from oracles.engines.base import Unsupported
 from oracles.errors import OracleError
+from oracles.families import FAMILIES, OTHER_MARKERS
 from oracles.pins import parse_snapshot_options
-from oracles.port_scope import PortScope
-from oracles.receipts import Receipt, load_records, plain_nodeid
+from oracles.project import DEFAULTS, PINS_KEY, RECORDS_KEY, ProjectDirs, use_project
+from oracles.receipts import load_records, plain_nodeid
 from oracles.resume import check_resume_source, partial_header
-from oracles.state import DATA_KEY, EVENTS_KEY, EnvironmentProbe, RunState
+from oracles.settings import Settings, project_path
+from oracles.state import EVENTS_KEY, EnvironmentProbe, RunState, keep, settings_of, state_of
 
-STATE = pytest.StashKey[RunState]()
-
-MARKERS = {
-    "dry": "needs no weights and imports no torch, transformers or mlx; runs in seconds (CI smoke)",
-    "slow": "loads a model or runs a long oracle; runs only with --runslow",
-    "gpu": "needs an accelerator (CUDA, or Metal through MLX); skipped where none answers",
-    "mtplx": "execution oracle family: forward rows, cache-continuation decode, generation, speculative round",
-    "mtplx_chat": "execution oracle family: a 3-turn chat through a prompt cache with snapshot/restore",
-    "d1": "readout oracle family: typed questions read out from log-softmax at an answer slot",
-    "clef": "vision oracle family: M-RoPE, image embeds, span decoding",
-    "cohort": "decode cohort family: serial vs batched lanes bit-exact, snapshot/restore",
-    "port": "a port engine held against the reference, record by record",
-    "faults": "fault panel: ports with one injected fault each, the detection matrix and bisect's localisation",
-}
+pytest_plugins = ["oracles.fixtures"]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("oracles", "numerical reference oracles (pytest-oracles)")
     group.addoption("--runslow", action="store_true", default=False,
                     help="run tests marked slow (model loads, long oracles); default: %(default)r")
-    group.addoption("--receipts-dir", default="receipts", metavar="DIR",
-                    help="folder receipts are written under, as DIR/TAG/<UTC time>-<run id>.json; write "
-                         "--receipts-dir=DIR when DIR exists; default: %(default)r")
-    group.addoption("--receipt-tag", default="default", metavar="TAG",
-                    help="sub-folder of --receipts-dir for this run (letters, digits, '.', '_', '-'); default: %(default)r")
+    group.addoption("--pin", default=None, metavar="NAME[,NAME]",
+                    help="the pins the families run on (each where it serves the model's kind); default: each "
+                         "family's own default pins")
+    group.addoption("--receipts-dir", default=None, metavar="DIR",
+                    help="folder receipts are written under, as DIR/TAG/<UTC time>-<run id>.json (turns receipts "
+                         "on); write --receipts-dir=DIR when DIR exists; default: 'receipts'")
+    group.addoption("--receipt-tag", default=None, metavar="TAG",
+                    help="sub-folder of --receipts-dir for this run (letters, digits, '.', '_', '-'; turns receipts "
+                         "on); default: 'default'")
     group.addoption("--no-receipt", action="store_true", default=False,
                     help="write no receipt, partial log or npz sidecar; default: %(default)r")
     group.addoption("--snapshot", action="append", default=[], metavar="NAME=PATH",
@@ -56,8 +53,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--reference", default="torch", metavar="ENGINE",
                     help="engine id of the reference; default: %(default)r")
     group.addoption("--port", default="auto", metavar="ENGINE",
-                    help="engine id(s) of ports, comma-separated (one that cannot run here is refused); 'auto' = mlx where "
-                         "importable, 'none' = no port; default: %(default)r")
+                    help="engine id(s) of ports, comma-separated (one that cannot run here is refused); 'auto' = every "
+                         "registered engine but the reference that can run here, 'none' = no port; default: %(default)r")
     group.addoption("--oracle-threads", type=int, default=0, metavar="N",
                     help="intra-op threads for engines (torch.set_num_threads); 0 leaves the library default; default: %(default)r")
     group.addoption("--deadline", type=float, default=None, metavar="SECONDS",
@@ -69,8 +66,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "default: %(default)r")
     group.addoption("--resume", default=None, metavar="RECEIPT",
                     help="a receipt or .partial.jsonl of a run with the same schema, --reference, --port and pins: "
-                         "skip the tests that passed there, carrying their records; write --resume=RECEIPT; "
-                         "default: %(default)r")
+                         "skip the tests that passed there, carrying their records (turns receipts on); write "
+                         "--resume=RECEIPT; default: %(default)r")
+    parser.addini("oracles", type="bool", default=False,
+                  help="turn pytest-oracles on for this project: receipts, partial logs and the slow gate")
+    parser.addini(PINS_KEY, type="paths", default=[],
+                  help=f"the project's pins folder, before the built-in pins (default {DEFAULTS[PINS_KEY]})")
+    parser.addini(RECORDS_KEY, type="paths", default=[],
+                  help=f"the project's records folder for per-tokenizer token ids (default {DEFAULTS[RECORDS_KEY]})")
 
 
 def _is_worker(config: pytest.Config) -> bool:
@@ -121,106 +124,118 @@ def _check_options(opt: Any) -> None:
     if not TAG.fullmatch(opt.receipt_tag) or opt.receipt_tag in (".", ".."):
         raise pytest.UsageError(f"--receipt-tag {opt.receipt_tag!r}: expected a folder name of letters, digits, "
                                 "'.', '_' and '-' (not '.' or '..'): it names one folder under --receipts-dir")
-    try:
-        PortScope.parse(opt.port_records)
-    except ValueError as exc:
-        raise pytest.UsageError(str(exc)) from None
-    ports = [] if opt.port in ("auto", "none") else [p.strip() for p in opt.port.split(",") if p.strip()]
-    # Light: finds engine modules without importing them; registry() scans entry points, so only when needed.
-    from oracles.engines import BUILTIN, registry, unavailable_reason
+    from oracles.engines import registry
 
-    for flag, engine_id in [("--reference", opt.reference), *(("--port", p) for p in ports)]:
-        if engine_id not in BUILTIN and engine_id not in (known := registry()):
-            raise pytest.UsageError(f"{flag} {engine_id!r}: unknown engine; known: {', '.join(sorted(known))}")
-    # A port named explicitly that cannot run here would skip every test of it: a green run that held
-    # nothing. 'auto' means "the ports that can run here" and keeps skipping the others.
-    for engine_id in ports:
-        if engine_id != opt.reference and (reason := unavailable_reason(engine_id)):
-            raise pytest.UsageError(f"--port {engine_id!r}: engine cannot run here: {reason}; drop it, or use "
-                                    "--port auto to run the ports that can")
+    if opt.reference not in registry():
+        raise pytest.UsageError(f"--reference {opt.reference!r}: unknown engine; known: {', '.join(sorted(registry()))}")
+
+
+
+
+def _enabled(config: pytest.Config) -> bool:
+    opt = config.option
+    return bool(config.getini("oracles")) or any(v is not None for v in (opt.receipts_dir, opt.receipt_tag, opt.resume))
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    for name, text in MARKERS.items():
+    for family in FAMILIES:
+        config.addinivalue_line("markers", f"{family.name}: {family.help}")
+    for name, text in OTHER_MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is ever fetched from a hub at run time
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    config.addinivalue_line("markers", f"{collect.MISSING}(message): internal: the pin lacks the family's token ids")
     opt = config.option
+    use_project(ProjectDirs(project_path(config, PINS_KEY, DEFAULTS[PINS_KEY]),
+                            project_path(config, RECORDS_KEY, DEFAULTS[RECORDS_KEY]), config.inipath))
+    enabled = _enabled(config)
+    opt.receipts_dir = "receipts" if opt.receipts_dir is None else opt.receipts_dir
+    opt.receipt_tag = "default" if opt.receipt_tag is None else opt.receipt_tag
     if not _is_worker(config):  # a worker gets the controller's args after the controller made --receipts-dir
         _check_path_words(list(config.invocation_params.args), Path(config.invocation_params.dir))
-    try:  # a bad --snapshot stops the run here, not only when some test first asks for that pin
+    try:  # a bad --snapshot, --pin or --port stops the run here, not when some test first asks
         parse_snapshot_options(list(opt.snapshot))
+        _check_options(opt)
+        settings = Settings.resolve(opt, enabled)
     except OracleError as exc:
         raise pytest.UsageError(str(exc)) from None
-    _check_options(opt)
-    receipts_dir = None if opt.no_receipt or not _runs_tests(opt) else Path(opt.receipts_dir).resolve()
+    receipts_dir = Path(opt.receipts_dir).resolve() if enabled and not opt.no_receipt and _runs_tests(opt) else None
     if _is_worker(config):
         shared = config.workerinput.get("oracles", {})  # type: ignore[attr-defined]
         state = RunState.new(receipts_dir, opt.receipt_tag, opt.deadline, controller=False,
                              run_id=shared.get("run_id"), started_wall=shared.get("started_wall"))
         if shared.get("resume"):  # the worker skips what passed before; the controller carries the records
             state.resume, state.resume_path = load_records(Path(shared["resume"])), str(opt.resume)
-        config.stash[STATE] = state
+        keep(config, state, settings)
         return
     state = RunState.new(receipts_dir, opt.receipt_tag, opt.deadline, controller=True)
-    if opt.resume:
-        try:
-            state.resume = load_records(Path(opt.resume))
-        except OracleError as exc:
-            raise pytest.UsageError(f"--resume: {exc}") from None
-        try:
-            state.resume_unchecked = check_resume_source(Path(opt.resume), opt.reference, opt.port)
-        except OracleError as exc:
-            raise pytest.UsageError(f"--resume {opt.resume}: {exc}; resume only from a run of the same setting") from None
-        state.resume_path = str(opt.resume)
+    keep(config, state, settings)
+    if enabled and opt.resume:
+        _open_resume(state, opt)
     if receipts_dir is not None:
         try:
             state.open_partial(partial_header(opt.reference, opt.port))
         except OracleError as exc:
             raise pytest.UsageError(f"--receipts-dir: {exc}") from None
         state.environment_probe = EnvironmentProbe(config.rootpath, opt.oracle_threads)
-    config.stash[STATE] = state
-    config.pluginmanager.register(SessionHooks(config), "oracles-session")
+    if enabled or opt.deadline is not None:  # a cut run exits non-zero even without a receipt
+        from oracles.receipt_session import ReceiptSession
+
+        config.pluginmanager.register(ReceiptSession(config), "oracles-receipts")
+
+
+def _open_resume(state: RunState, opt: Any) -> None:
+    """Load the ``--resume`` source and hold it to this run's setting.
+
+    Raises:
+        pytest.UsageError: the source cannot be read, or it is of another setting (the field named).
+    """
+    try:
+        state.resume = load_records(Path(opt.resume))
+    except OracleError as exc:
+        raise pytest.UsageError(f"--resume: {exc}") from None
+    try:
+        state.resume_unchecked = check_resume_source(Path(opt.resume), opt.reference, opt.port)
+    except OracleError as exc:
+        raise pytest.UsageError(f"--resume {opt.resume}: {exc}; resume only from a run of the same setting") from None
+    state.resume_path = str(opt.resume)
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node: Any) -> None:
-    """xdist: hand the run id, start time and --resume file to each worker, so deadlines, array
-    staging and resumed skips agree with the controller."""
-    state = node.config.stash[STATE]
+    """xdist: hand the run id, start time and --resume file to each worker (deadlines, staging, skips agree)."""
+    state = state_of(node.config)
     node.workerinput["oracles"] = {"run_id": state.run_id, "started_wall": state.started_wall,
                                    "resume": str(Path(state.resume_path).resolve()) if state.resume_path else None}
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    state = config.stash[STATE]
-    runslow = config.getoption("runslow")
-    skip_slow = pytest.mark.skip(reason="slow: needs --runslow (loads a model or runs a long oracle)")
-    gpu_reason = None
-    for item in items:
-        if "slow" in item.keywords and not runslow:
-            item.add_marker(skip_slow)
-        if "gpu" in item.keywords:
-            if gpu_reason is None:
-                from oracles.accel import probe_accelerator
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrize ``pin``, ``engine_id`` and ``port_id`` over the compatible (pin, engine) pairs."""
+    collect.parametrize(metafunc, settings_of(metafunc.config))
 
-                gpu_reason = probe_accelerator()
-            if gpu_reason:
-                item.add_marker(pytest.mark.skip(reason=f"gpu: no accelerator answered ({gpu_reason})"))
-        previous = state.resume.get(plain_nodeid(item.nodeid))
-        if previous is not None and previous.outcome == "passed":
-            item.add_marker(pytest.mark.skip(reason=f"resume: passed in {state.resume_path}"))
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker hook turns the marks into nodeid suffixes
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """xdist groups, the port scope, the slow and gpu gates, and resumed passes."""
+    state = state_of(config)
+    collect.modify_items(config, items, settings_of(config), state.resume, state.resume_path)
+
+
+@pytest.hookimpl(trylast=True, specname="pytest_collection_modifyitems")  # after -m / -k deselection
+def pytest_collection_modifyitems_selected(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A selected test whose pin has no token ids for its family stops the run, naming the command."""
+    collect.refuse_missing_tokens(items)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    state = session.config.stash[STATE]
+    """The controller notes every collected test (a test never started is listed as not run)."""
+    state = state_of(session.config)
     if state.controller and not state.collected:
         state.collected = [plain_nodeid(item.nodeid) for item in session.items]
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
-    state = node.config.stash[STATE]
+    """xdist: the controller has no items; it notes the workers' collection instead."""
+    state = state_of(node.config)
     if not state.collected:
         state.collected = [plain_nodeid(i) for i in ids]
 
@@ -228,17 +243,7 @@ def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
     """With --deadline, a test not yet started when the time is up is not run at all (no report)."""
-    if item.config.stash[STATE].past_deadline():
-        return True
-    return None
-
-
-def _one_line(config: pytest.Config, excinfo: pytest.ExceptionInfo[BaseException] | None) -> str | None:
-    """A bad-input error (OracleError: its message names file, record and field) as one line instead
-    of a traceback, unless the user asked for a traceback style with --tb."""
-    if excinfo is None or not excinfo.errisinstance(OracleError) or config.option.tbstyle != "auto":
-        return None
-    return f"{excinfo.typename}: {excinfo.value}"
+    return True if state_of(item.config).past_deadline() else None
 
 
 @pytest.hookimpl(wrapper=True)
@@ -252,18 +257,27 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Any:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_fixture_setup(fixturedef: Any, request: pytest.FixtureRequest) -> Any:
-    """An engine fixture that raises :class:`~oracles.engines.base.Unsupported` skips its tests, naming both."""
+    """A fixture that raises :class:`~oracles.engines.base.Unsupported` skips its tests, naming both."""
     try:
         return (yield)
     except Unsupported as exc:
         pytest.skip(f"unsupported: {exc}")
 
 
+def _one_line(config: pytest.Config, excinfo: pytest.ExceptionInfo[BaseException] | None) -> str | None:
+    """A bad-input error (OracleError: its message names file, record and field) as one line instead
+    of a traceback, unless the user asked for a traceback style with --tb."""
+    if excinfo is None or not excinfo.errisinstance(OracleError) or config.option.tbstyle != "auto":
+        return None
+    return f"{excinfo.typename}: {excinfo.value}"
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> Any:
+    """Session events ride on the report; a bad-input failure is one line."""
     outcome = yield
     report = outcome.get_result()
-    state = item.config.stash[STATE]
+    state = state_of(item.config)
     if state.pending_events:
         report.user_properties = [*report.user_properties, (EVENTS_KEY, list(state.pending_events))]
         state.pending_events.clear()
@@ -282,117 +296,17 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Any:
         report.longrepr = crash.message.removeprefix("oracles.errors.")
 
 
-class SessionHooks:
-    """The controller's hooks that need the config but get only a report; registered per config."""
-
-    def __init__(self, config: pytest.Config) -> None:
-        self.config = config
-
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        state = self.config.stash[STATE]
-        if state.controller:
-            state.on_report(report)
-
-    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
-        state = self.config.stash[STATE]
-        if state.controller and report.failed:
-            state.on_collect_error(report)
-
-    @pytest.hookimpl(trylast=True)
-    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        config = self.config
-        state = config.stash[STATE]
-        if not state.controller:
-            return
-        state.not_run_count = len(state.not_run())
-        if state.not_run_count and state.past_deadline() and session.exitstatus == pytest.ExitCode.OK:
-            # The run was cut, not failed: INTERRUPTED is pytest's own status for a session stopped
-            # before it ran every selected test (Ctrl-C, a collection error); TESTS_FAILED would claim
-            # a failure that did not happen. Either way not 0: a CI job must not go green on a cut run.
-            session.exitstatus = pytest.ExitCode.INTERRUPTED
-            exitstatus = session.exitstatus
-        if state.folder is None or state.partial is None:
-            return
-        opt = config.option
-        invocation = {"args": list(config.invocation_params.args), "markexpr": opt.markexpr or None,
-                      "keyword": opt.keyword or None, "rootdir": str(config.rootpath),
-                      "numprocesses": getattr(opt, "numprocesses", None), "runslow": opt.runslow,
-                      "reference": opt.reference, "port": opt.port, "snapshots": list(opt.snapshot),
-                      "deadline": opt.deadline}
-        env = state.environment_probe.result() if state.environment_probe else {}
-        receipt = state.build(invocation, env, int(exitstatus))
-        try:
-            state.write(receipt)
-        except OracleError as exc:
-            state.write_error = str(exc)
-            # The run's evidence is missing: do not exit 0 (make oracle would then show an older receipt).
-            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
-        state.partial.write({"event": "end", "receipt": state.receipt_path.name if state.receipt_path else None,
-                             "error": state.write_error})
-        state.partial.close()
-
-    def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-        state = config.stash.get(STATE, None)
-        if state is None or not state.controller:
-            return
-        tr = terminalreporter
-        if state.receipt is None and state.not_run_count and state.past_deadline():  # --no-receipt: still say so
-            tr.write_line(f"not run: {state.not_run_count} tests (deadline passed)")
-        if state.write_error:
-            tr.write_sep("=", "oracles receipt NOT written", red=True)
-            tr.write_line(state.write_error)
-            return
-        if state.receipt is None:
-            return
-        from oracles.report import format_checks
-
-        tr.write_sep("=", "oracles receipt")
-        tr.write_line(f"receipt: {state.receipt_path}")
-        if state.receipt["collection_errors"]:
-            tr.write_line(f"collection errors: {len(state.receipt['collection_errors'])}; listed in the receipt")
-        not_run = state.receipt["not_run"]
-        if not_run:
-            tr.write_line(f"not run: {len(not_run)} tests ({not_run[0]['reason']}); listed in the receipt")
-        if state.resume_path:
-            resumed = sum(1 for t in state.receipt["tests"] if t.get("resumed_from"))
-            note = " (a partial log records no pins: not checked)" if state.resume_unchecked else ""
-            tr.write_line(f"resumed: {resumed} tests carried over as passed from {state.resume_path}{note}")
-        for line in format_checks(state.receipt["checks"], state.receipt["all_ok"]):
-            tr.write_line(line)
-
-
-def emit(config: pytest.Config, event: str, **fields: Any) -> None:
-    """Queue a session event (``pin_verified``, ``engine_loaded``) for the receipt.
-
-    The event rides to the controller on the report of the test whose set-up caused it, so it
-    reaches the receipt from xdist workers too. Fields are held to the receipt's JSON rules at
-    once (a str subclass such as ``torch.__version__`` would pass serially and then break xdist's
-    serialiser on a worker).
-
-    Raises:
-        TypeError: a field that strict JSON cannot hold, naming it.
-    """
-    from oracles.receipts import check_json_safe
-    from oracles.state import worker_id
-
-    check_json_safe(fields, f"event {event}")
-    config.stash[STATE].pending_events.append({"event": event, "worker": worker_id(config), "at": time.time(),
-                                               **fields})
-
-
-@pytest.fixture
-def receipt(request: pytest.FixtureRequest) -> Receipt:
-    """Attach JSON-safe data to this test's record in the session receipt (see :class:`Receipt`)."""
-    data: dict[str, Any] = {}
-    request.node.user_properties.append((DATA_KEY, data))
-    state = request.config.stash[STATE]
-    return Receipt(data, state.staging, plain_nodeid(request.node.nodeid))
-
-
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    state = config.stash.get(STATE, None)
-    if state is None or not state.controller:
+    """The receipt's path, the engines and pins (only where pytest-oracles is on)."""
+    settings, state = settings_of(config), state_of(config)
+    if not settings.enabled or not state.controller:
         return []
     off = "off (--no-receipt)" if config.option.no_receipt else "off (this invocation runs no test)"
     where = off if state.folder is None else f"{state.folder}/{state.stem}.json"
-    return [f"oracles: receipt {where}; python {sys.version.split()[0]}"]
+    return [f"oracles: receipt {where}; python {sys.version.split()[0]}", settings.header_line()]
+
+
+def pytest_report_collectionfinish(config: pytest.Config, start_path: Path, items: list[pytest.Item]) -> list[str]:
+    """The (engine, pin) pairs left out of the parametrization, with reasons (never silently)."""
+    settings = settings_of(config)
+    return settings.left_out_lines() if settings.enabled else []

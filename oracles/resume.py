@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from oracles.errors import FixtureError
-from oracles.pins import PINS_DIR, load_pin, pin_path
+from oracles.pins import load_pin, store
 from oracles.receipts import SCHEMA_VERSION, load_json
 
 #: The ``resume_unchecked`` note of a receipt resumed from a partial log.
@@ -39,14 +39,13 @@ def _start_line(path: Path) -> dict[str, Any]:
     return obj if isinstance(obj, dict) and obj.get("event") == "start" else {}
 
 
-def check_resume_source(path: Path, reference: str, port: str, pins_dir: Path = PINS_DIR) -> str | None:
+def check_resume_source(path: Path, reference: str, port: str) -> str | None:
     """Hold a ``--resume`` source to this run's setting.
 
     Args:
         path: a receipt (``.json``) or partial log (``.partial.jsonl``) already read by ``load_records``.
         reference, port: this run's ``--reference`` and ``--port`` values, compared as given (a run with
             ``--port auto`` resumes only from a run with ``--port auto``).
-        pins_dir: the pin files the receipt's ``pins`` rows are compared with (digest and source).
 
     Returns:
         None when every field was checked, else a note of what could not be (a partial log: the pins).
@@ -73,17 +72,13 @@ def check_resume_source(path: Path, reference: str, port: str, pins_dir: Path = 
     for field, ours in (("reference", reference), ("port", port)):
         if setting[field] != ours:
             raise FixtureError(f"invocation.{field} {setting[field]!r} differs from this run's {ours!r}")
-    shown = pins_dir.parent.parent
     for row in pins:
         name = row.get("name") if isinstance(row, dict) else None
-        if not isinstance(name, str) or not pin_path(name, pins_dir).is_file():
-            where = pin_path(str(name), pins_dir)
-            raise FixtureError(f"pins[{name}]: no pin file {where.relative_to(shown) if where.is_relative_to(shown) else where} "
-                               "in this checkout")
-        pin = load_pin(name, pins_dir)
+        if not isinstance(name, str) or store().path(name) is None:
+            raise FixtureError(f"pins[{name}]: no pin file {name}.json in {store().describe()}")
+        pin = load_pin(name)
         for field in ("digest", "source"):
             if row.get(field) != getattr(pin, field):
-                raise FixtureError(f"pins[{name}].{field} {row.get(field)!r} differs from "
-                                   f"{pin.path.relative_to(shown) if pin.path.is_relative_to(shown) else pin.path}'s "
+                raise FixtureError(f"pins[{name}].{field} {row.get(field)!r} differs from {pin.path}'s "
                                    f"{getattr(pin, field)!r}")
     return unchecked

@@ -21,9 +21,12 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
+
+import pytest
 
 from oracles.errors import OracleError
+from oracles.families import family_of
 from oracles.receipts import (
     SCHEMA_VERSION,
     PartialLog,
@@ -37,8 +40,9 @@ from oracles.receipts import (
     write_exclusive,
 )
 
-#: Family markers in the order a test's family is chosen when it carries several.
-FAMILIES = ("mtplx_chat", "mtplx", "d1", "clef", "cohort", "faults", "port")
+if TYPE_CHECKING:
+    from oracles.settings import Settings
+
 #: The user_properties keys this plugin uses on reports.
 DATA_KEY = "oracles.data"
 EVENTS_KEY = "oracles.events"
@@ -237,7 +241,8 @@ class RunState:
     def _record(self, nodeid: str, reports: list[Any]) -> TestRecord:
         check, record_id = split_nodeid(nodeid)
         keywords = getattr(reports[-1], "keywords", {}) or {}
-        family = next((f for f in FAMILIES if f in keywords), "unit")
+        found = family_of(keywords)
+        family = found.name if found is not None else "unit"
         data: dict[str, Any] = {}
         for rep in reports:
             for name, value in getattr(rep, "user_properties", ()):
@@ -353,3 +358,40 @@ def _engines(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
             row["load_count"] += 1
             row["seconds"].append(e["seconds"])
     return list(rows.values())
+
+
+STATE_KEY = pytest.StashKey[RunState]()
+SETTINGS_KEY = pytest.StashKey["Settings"]()
+
+
+def state_of(config: pytest.Config) -> RunState:
+    """The session's :class:`RunState` (set by the plugin at configure)."""
+    return config.stash[STATE_KEY]
+
+
+def settings_of(config: pytest.Config) -> "Settings":
+    """The session's :class:`~oracles.settings.Settings` (resolved by the plugin at configure)."""
+    return config.stash[SETTINGS_KEY]
+
+
+def emit(config: pytest.Config, event: str, **fields: Any) -> None:
+    """Queue a session event (``pin_verified``, ``engine_loaded``) for the receipt.
+
+    The event rides to the controller on the report of the test whose set-up caused it, so it
+    reaches the receipt from xdist workers too. Fields are held to the receipt's JSON rules at
+    once (a str subclass such as ``torch.__version__`` would pass serially and then break xdist's
+    serialiser on a worker).
+
+    Raises:
+        TypeError: a field that strict JSON cannot hold, naming it.
+    """
+    from oracles.receipts import check_json_safe
+
+    check_json_safe(fields, f"event {event}")
+    state_of(config).pending_events.append({"event": event, "worker": worker_id(config), "at": time.time(), **fields})
+
+
+def keep(config: pytest.Config, state: RunState, settings: "Settings") -> None:
+    """Put the session's state and settings on ``config.stash`` (the plugin, at configure)."""
+    config.stash[STATE_KEY] = state
+    config.stash[SETTINGS_KEY] = settings

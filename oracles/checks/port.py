@@ -1,5 +1,5 @@
 """Port-vs-reference thresholds and figures (pure numpy): ids, argmax agreement, max |Δlogit|, NMSE,
-KL(reference‖port), first divergent generated token. Used by ``tests/oracles/test_port.py`` and
+KL(reference‖port), first divergent generated token. Used by ``oracles/suite/test_port.py`` and
 ``oracles compare``.
 
 The thresholds are float32 thresholds: a port that computes the same float32 graph in another order

@@ -75,8 +75,10 @@ def collect(receipt: Any, path: Path) -> tuple[list[dict[str, Any]], dict[tuple[
                      "outcome": t.get("outcome"), "order": order if isinstance(order, list) else []})
     if not rows:
         raise FixtureError(f"{path}: no fault panel records (run: pytest tests/faults -m faults --runslow)")
-    # the panel's order (pin, then the control and the faults as the issue lists them); xdist finishes in any order
-    rows.sort(key=lambda r: [*r["order"], r["pin"], r["fault"]])
+    # the panel's order (pins as they first appear, then the control and the faults as the issue lists
+    # them); xdist finishes tests in any order
+    pins = list(dict.fromkeys(r["pin"] for r in rows))
+    rows.sort(key=lambda r: [pins.index(r["pin"]), *r["order"], r["fault"]])
     return rows, bisects
 
 

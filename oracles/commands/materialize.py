@@ -8,7 +8,7 @@ from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("name", help="pin name (fixtures/pins/NAME.json) or a pin file path")
+    parser.add_argument("name", help="pin name (the project's pins folder, then the built-in pins) or a pin file path")
     parser.add_argument("--dest", type=Path, default=None, help="folder to build into; default $ORACLES_HOME/snapshots/NAME")
     parser.add_argument("--write-pin", action="store_true",
                         help="maintainers: rewrite the pin's file digests from this build instead of checking them")

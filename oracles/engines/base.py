@@ -28,6 +28,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from oracles.engines.taps import Taps
+    from oracles.pins import Pin
 
 
 class Unsupported(NotImplementedError):
@@ -37,6 +38,11 @@ class Unsupported(NotImplementedError):
     def __init__(self, engine: str, capability: str, why: str = "") -> None:
         self.engine, self.capability, self.why = engine, capability, why
         super().__init__(f"engine {engine!r} cannot {capability}" + (f": {why}" if why else ""))
+
+
+class ContextTooShort(Unsupported, ValueError):
+    """A record does not fit the pin's context (``max_position_embeddings``): the model cannot run it,
+    so its tests skip naming record, length and context; still a ValueError to a caller that asked."""
 
 
 @dataclass(frozen=True)
@@ -175,9 +181,10 @@ class Engine:
         return None
 
     @classmethod
-    def unsupported_pin(cls, model_class: str, config: dict[str, Any]) -> str | None:
-        """Why this engine cannot load a snapshot of ``model_class`` with ``config`` (its
-        config.json), or None when it can; the tests of that (engine, pin) are skipped with it."""
+    def unsupported_pin(cls, pin: "Pin") -> str | None:
+        """Why this engine cannot load ``pin`` (judged from the pin file alone: its model class and
+        modality), or None when it can. The (engine, pin) pair is then left out of the parametrization,
+        with this reason in the report header and the receipt."""
         return None
 
     def describe(self) -> dict[str, Any]:
@@ -350,6 +357,19 @@ def check_forward_length(engine: Engine, cached: int, new: int) -> None:
                          f"{engine.max_context} (max_position_embeddings of {engine.pin})")
 
 
+def check_fits(engine: Engine, record_id: str, n: int) -> None:
+    """Refuse a prompt of ``n`` ids that does not fit ``engine``'s context, naming the record and the
+    first position past the context: the pin's model cannot run that record, so its tests skip.
+
+    Raises:
+        ContextTooShort: ``n > engine.max_context`` (when the engine has one).
+    """
+    if engine.max_context and n > engine.max_context:
+        raise ContextTooShort(engine.id, f"run record {record_id!r} ({n} prompt tokens)",
+                              f"the context of pin {engine.pin} is {engine.max_context}; position "
+                              f"{engine.max_context} is past its end")
+
+
 def check_cohort(engine: Engine, tokens: Sequence[int], caches: Sequence[Any]) -> None:
     """Refuse a decode cohort that cannot run: ``len(tokens) != len(caches)``, no lanes, a missing
     cache, one cache object given for two lanes (both would append to it), or a lane whose one new
@@ -376,5 +396,5 @@ def check_cohort(engine: Engine, tokens: Sequence[int], caches: Sequence[Any]) -
             raise ValueError(f"decode_cohort: lane {b}: {exc}") from None
 
 
-__all__ = ["Engine", "Generation", "Prompt", "Sampler", "Step", "Unsupported", "as_prompt",
-           "check_cohort", "check_forward_length", "digest_buffers", "hub_offline"]
+__all__ = ["ContextTooShort", "Engine", "Generation", "Prompt", "Sampler", "Step", "Unsupported", "as_prompt",
+           "check_cohort", "check_fits", "check_forward_length", "digest_buffers", "hub_offline"]

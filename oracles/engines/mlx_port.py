@@ -97,6 +97,12 @@ class MlxPort(Engine):
             return f"mlx-lm is not installed (pip install 'pytest-oracles[mlx]', which brings {extra})"
         return None
 
+    @classmethod
+    def unsupported_pin(cls, pin: Any) -> str | None:
+        if pin.modality != "text":
+            return f"mlx-lm loads text models; pin {pin.name} is {pin.model_class} (its port is mlx-vlm)"
+        return None
+
     def __init__(self, root: Path, pin: str, threads: int = 0) -> None:
         super().__init__(root, pin, threads)
         hub_offline()

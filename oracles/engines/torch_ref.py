@@ -66,6 +66,12 @@ class TorchReference(Engine):
                 return f"{module} is not installed (pip install 'pytest-oracles[{extra}]')"
         return None
 
+    @classmethod
+    def unsupported_pin(cls, pin: Any) -> str | None:
+        if pin.modality != "text":
+            return f"this adapter loads text models (AutoModelForCausalLM); pin {pin.name} is {pin.model_class}"
+        return None
+
     def __init__(self, root: Path, pin: str, threads: int = 0) -> None:
         super().__init__(root, pin, threads)
         hub_offline()

@@ -1,0 +1,79 @@
+"""The oracle families: the one list every reader takes them from (markers, xdist groups, receipts,
+``oracles records``, default pins).
+
+A family is a pytest marker on its suite modules. Its tests run on the pins ``--pin`` names, or on its
+own :attr:`Family.default_pins` when ``--pin`` is not given, each pin it :meth:`Family.serves`; a pin it
+cannot serve is left out at collection with the reason shown in the report header and the receipt.
+Pure; no pytest import.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from oracles.pins import Pin
+
+DEFAULT_PIN = "smollm2-135m-instruct"
+
+
+@dataclass(frozen=True)
+class Family:
+    """One oracle family.
+
+    name: the marker; help: its ``pytest --markers`` line; runs: the namespace of the session runs its
+    tests read (its tests share an xdist group per record in that namespace: oracles.groups);
+    modality: ``"text"`` or ``"vision"``, the pins it serves; port_scoped: a port engine runs only the
+    records ``--port-records`` selects; default_pins: the pins it runs on without ``--pin``;
+    tokens: the family whose per-tokenizer token ids its records read (``oracles records NAME --pin PIN``
+    writes them), or None when its records carry none.
+    """
+
+    name: str
+    help: str
+    runs: str
+    modality: str = "text"
+    port_scoped: bool = True
+    default_pins: tuple[str, ...] = (DEFAULT_PIN,)
+    tokens: str | None = None
+
+    def serves(self, pin: "Pin") -> str | None:
+        """Why this family cannot run on ``pin`` (another modality), or None when it can."""
+        if pin.modality != self.modality:
+            return f"family {self.name} needs a {self.modality} model; pin {pin.name} is {pin.modality} ({pin.model_class})"
+        return None
+
+
+#: In the order a test carrying several markers is attributed (the chat's port test is mtplx_chat).
+FAMILIES: tuple[Family, ...] = (
+    Family("mtplx_chat", "execution oracle family: a 3-turn chat through a prompt cache with snapshot/restore",
+           runs="mtplx_chat"),
+    Family("mtplx", "execution oracle family: forward rows, cache-continuation decode, generation, speculative "
+                    "draft/verify/commit", runs="mtplx", tokens="mtplx"),
+    Family("d1", "read-out oracle family: typed questions read out from log-softmax at an answer slot",
+           runs="d1", tokens="d1"),
+    Family("clef", "vision oracle family: M-RoPE closed form, forward taps, image arms, absmax survey",
+           runs="clef", modality="vision", default_pins=("qwen35-vl-twin",)),
+    Family("cohort", "decode cohort family: serial vs batched lanes bit-exact, every cache buffer, snapshot/restore",
+           runs="cohort"),
+    Family("faults", "fault panel: ports with one injected fault each held to every family's checks, the "
+                     "detection matrix, and bisect naming the layer", runs="faults", port_scoped=False,
+           tokens="mtplx"),
+    Family("port", "a port engine held against the reference, record by record", runs="mtplx", tokens="mtplx"),
+)
+BY_NAME = {f.name: f for f in FAMILIES}
+#: The families that keep per-tokenizer token ids (what ``oracles records`` writes).
+TOKENIZED = tuple(dict.fromkeys(f.tokens for f in FAMILIES if f.tokens))
+#: Markers that are not families: what a test needs or how long it takes.
+OTHER_MARKERS = {
+    "dry": "needs no weights and imports no torch, transformers or mlx; runs in seconds (CI smoke)",
+    "slow": "loads a model or runs a long oracle; runs only with --runslow",
+    "gpu": "needs an accelerator (CUDA, or Metal through MLX); skipped where none answers",
+}
+
+
+def family_of(markers: object) -> Family | None:
+    """The family a test belongs to: the first of :data:`FAMILIES` among ``markers`` (a container of
+    marker names, such as an item's keywords), else None."""
+    return next((f for f in FAMILIES if f.name in markers), None)  # type: ignore[operator]

@@ -1,6 +1,6 @@
 """mtplx_chat family: a multi-turn chat through one live KV cache (the prompt cache), turn by turn.
 
-A record (``fixtures/records/mtplx/chat.json``) is ``{"id", "turns": [str | {"prompt": ID}],
+A record (``oracles/builtin/records/mtplx/chat.json``) is ``{"id", "turns": [str | {"prompt": ID}],
 "max_new_tokens", "sha256"}``: each turn is a user message, or the message of prompt record ``ID``
 of ``prompts.json`` (so the README-summary turn is that record's frozen request); ``sha256`` is the
 canonical sha256 of the resolved user messages and the cap (the request's identity across receipts).
@@ -23,7 +23,9 @@ from typing import Any
 
 import numpy as np
 
+from oracles.engines.base import Engine
 from oracles.errors import FixtureError
+from oracles.families.decode import greedy_steps
 from oracles.families.mtplx import PROMPTS, load_prompts
 from oracles.records import RECORDS, canonical_sha256, load_record_list, require
 
@@ -36,11 +38,10 @@ class ChatRecord:
     turns: tuple[str, ...]
     max_new_tokens: int
     sha256: str
-    pin: str
 
-    @property
-    def budget_tokens(self) -> int:
-        """A rough size of the user text (characters / 4, not a token count), for the port budget rule."""
+    def port_tokens(self, pin: str) -> int:
+        """A rough size of the user text (characters / 4, not a token count: the conversation is rendered
+        at run time), what ``--port-records`` compares."""
         return sum(len(t) for t in self.turns) // 4
 
 
@@ -57,10 +58,7 @@ def load_chats(path: Path = CHATS, prompts: Path = PROMPTS) -> list[ChatRecord]:
             ``{"prompt": ID}`` of a known single-message prompt record, a cap that is not a positive
             int, or a ``sha256`` that does not match (path, record id, field named).
     """
-    top, records = load_record_list(path, family="mtplx_chat", fields=("id", "turns", "max_new_tokens", "sha256"))
-    pin = top.get("pin")
-    if not isinstance(pin, str):
-        raise FixtureError(f"{path}: field 'pin' is missing or not a str")
+    _, records = load_record_list(path, family="mtplx_chat", fields=("id", "turns", "max_new_tokens", "sha256"))
     by_id = {p.id: p for p in load_prompts(prompts)}
     out = []
     for rec in records:
@@ -81,7 +79,7 @@ def load_chats(path: Path = CHATS, prompts: Path = PROMPTS) -> list[ChatRecord]:
         actual = canonical_sha256(chat_request(turns, cap))
         if sha != actual:
             raise FixtureError(f"{where}: field 'sha256' is {sha} but the turns hash to {actual}")
-        out.append(ChatRecord(rec["id"], tuple(turns), cap, sha, pin))
+        out.append(ChatRecord(rec["id"], tuple(turns), cap, sha))
     return out
 
 
@@ -124,7 +122,7 @@ class ChatRun:
     final_ids: list[int] = field(default_factory=list)
 
 
-def run_chat(engine: Any, record: ChatRecord) -> ChatRun:
+def run_chat(engine: Engine, record: ChatRecord) -> ChatRun:
     """Run ``record``'s turns through one live cache of ``engine`` (greedy, stop token kept).
 
     Raises whatever ``engine.forward`` raises (a conversation longer than the context, for one).
@@ -141,18 +139,9 @@ def run_chat(engine: Any, record: ChatRecord) -> ChatRun:
         saved = engine.snapshot(cache)
         before = engine.snapshot_digest(saved)
         t0 = time.perf_counter()
-        warm = row = engine.forward(suffix, cache, keep=1).logits[-1]
+        warm = engine.forward(suffix, cache, keep=1).logits[-1]
         t1 = time.perf_counter()
-        tokens: list[int] = []
-        finish = "length"
-        while True:
-            tokens.append(int(np.argmax(row)))
-            if tokens[-1] in engine.eos_token_ids:
-                finish = "stop"
-                break
-            if len(tokens) >= record.max_new_tokens:
-                break
-            row = engine.forward([tokens[-1]], cache, keep=1).logits[-1]
+        tokens, _rows, finish = greedy_steps(engine, cache, warm, record.max_new_tokens)
         engine.forward([tokens[-1]], cache, keep=1)  # the stop token joins the cache as the template renders it
         t2 = time.perf_counter()
         after = engine.snapshot_digest(saved)

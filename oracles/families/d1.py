@@ -1,6 +1,6 @@
 """d1 family: a *request* is a state (text) and typed *questions* read out at an answer slot.
 
-A request record of ``fixtures/records/d1/requests.json``::
+A request record of ``oracles/builtin/records/d1/requests.json``::
 
     {"id": "fact_planets", "source": "facts",
      "request": {"state": "...", "questions": {"q1": {"type": "noul", "prompt": "..."}, ...}},
@@ -41,13 +41,11 @@ from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
 from oracles.errors import FixtureError
-from oracles.records import RECORDS, canonical_sha256, load_record_list, require
+from oracles.records import RECORDS, canonical_sha256, family_tokens, load_record_list, require
 
 D1 = RECORDS / "d1"
 REQUESTS = D1 / "requests.json"
-ROWS = D1 / "rows.json"
 RED_ARMS = D1 / "red_arms.json"
-TOKENIZER = RECORDS.parent / "tokenizers" / "smollm2-135m-instruct"
 #: Length buckets of a state, in tokens of the state text alone (a state of n tokens falls in the
 #: smallest bucket >= n); the seed's contract buckets.
 BUCKETS = (64, 128, 256, 512, 1024, 2048, 4096)
@@ -231,6 +229,17 @@ def load_requests(path: Path = REQUESTS, key: str = "records") -> list[Request]:
     _, records = load_record_list(path, key, family="d1", fields=("id", "source", "request", "gold", "sha256",
                                                                   "expect_rejected", "note"))
     return [parse_request(rec, f"{path}: record {rec['id']!r}") for rec in records]
+
+
+def rows_doc(pin: str) -> dict[str, Any]:
+    """The d1 rows document of ``pin``'s tokenizer (its tokens file, written by ``oracles records d1
+    --pin PIN``): per request its bucket, path, trunk and branches, and per question its row ids and
+    read-out groups (see :mod:`oracles.families.d1_rows`).
+
+    Raises:
+        TokensMissing: no rows for that tokenizer (the command to run named).
+    """
+    return family_tokens("d1", pin)
 
 
 # -- rendering and splitting ---------------------------------------------------------------------

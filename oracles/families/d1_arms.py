@@ -1,6 +1,6 @@
 """Red-arm candidates of the d1 family, measured on the reference before any is adopted.
 
-    ORACLES_HOME=... python -m oracles.families.d1_arms      # writes fixtures/records/d1/red_arms.json
+    ORACLES_HOME=... python -m oracles.families.d1_arms      # writes oracles/builtin/records/d1/red_arms.json
 
 A candidate perturbs one question of a base record: a *word flip* changes one word of the state, a
 *state swap* puts the question over another record's state. Each candidate's row and its base's row
@@ -58,7 +58,7 @@ def measure(engine: Any) -> dict[str, Any]:
     from oracles.families.d1_run import row_pass
 
     by_id = {r.id: r for r in d1.load_requests()}
-    rows = {(r["id"], r["qid"]): r for r in json.loads(d1.ROWS.read_text())["rows"]}
+    rows = {(r["id"], r["qid"]): r for r in d1.rows_doc(engine.pin)["rows"]}
     adopted, not_adopted = [], []
     for arm_id, kind, base_id, qid, change, gold in CANDIDATES:
         base = by_id[base_id]

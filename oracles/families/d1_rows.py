@@ -1,7 +1,8 @@
-"""``oracles records d1``: the d1 rows file (``fixtures/records/d1/rows.json``) from the tokenizer alone.
+"""``oracles records d1 --pin NAME``: the d1 rows of one tokenizer (``<records>/d1/tokens/NAME.json``)
+from the tokenizer alone.
 
 No weights, no torch: the chat template is rendered with jinja2 and encoded with ``tokenizers``
-(:class:`oracles.chat.LightTokenizer` on ``fixtures/tokenizers/<pin>``). For every accepted question
+(:class:`oracles.tokenizer.LightTokenizer` on a folder holding the pin's tokenizer files). For every accepted question
 of every request: the row ids, the read-out groups (see :mod:`oracles.families.d1` for the variant
 rule); for every request: its state's token count and length bucket, the trunk and the branches (for
 several questions), and the rejected questions with field and reason. The control arms of
@@ -11,12 +12,10 @@ this file, the dry suite re-derives it and holds it against the committed copy.
 
 from __future__ import annotations
 
-import argparse
-import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from oracles.chat import LightTokenizer
+from oracles.tokenizer import LightTokenizer
 from oracles.errors import FixtureError
 from oracles.families import d1
 from oracles.pins import sha256_file
@@ -100,27 +99,44 @@ def build_rows(tok: LightTokenizer, requests: Sequence[d1.Request], arms: Sequen
                                   f"arm {arm['id']!r}")
         q = next(x for x in parsed.questions if x.qid == arm["question"])
         arm_rows.append(_row(tok, arm["id"], parsed.state, q) | {"base_id": arm["base_id"]})
-    return {"family": "d1", "pin": pin, "tokenizer": f"fixtures/tokenizers/{pin}", "generated_by": "oracles records d1",
+    return {"family": "d1", "pin": pin, "generated_by": f"oracles records d1 --pin {pin}",
             "buckets": list(d1.BUCKETS), "requests": out_req, "rows": rows, "arm_rows": arm_rows}
 
 
-def current_rows(root: Path | None = None) -> dict[str, Any]:
-    """:func:`build_rows` on the committed requests and arms with the committed tokenizer copy."""
-    requests = d1.load_requests()
-    top = json.loads(d1.REQUESTS.read_text())
-    pin = str(top.get("pin", "smollm2-135m-instruct"))
-    tok = LightTokenizer(root or d1.TOKENIZER.parent / pin)
-    doc = build_rows(tok, requests, load_arms(), pin)
+def current_rows(tokenizer_root: Path, pin: str, tokenizer_sha256: str) -> dict[str, Any]:
+    """:func:`build_rows` of the committed requests and arms with the tokenizer files in ``tokenizer_root``:
+    the d1 tokens document of that tokenizer, with the sha256 of the request and arm files it was made from.
+
+    Raises:
+        FixtureError: see :func:`build_rows`, or a tokenizer file missing from ``tokenizer_root``.
+    """
+    doc = build_rows(LightTokenizer(tokenizer_root), d1.load_requests(), load_arms(), pin)
+    doc["tokenizer_sha256"] = tokenizer_sha256
     doc["requests_sha256"] = sha256_file(d1.REQUESTS)
     doc["red_arms_sha256"] = sha256_file(d1.RED_ARMS) if d1.RED_ARMS.is_file() else None
     return doc
 
 
-def regenerate(args: argparse.Namespace) -> int:
-    """Write ``rows.json`` anew (``args.snapshot``, when given, is a folder with the tokenizer files)."""
-    doc = current_rows(getattr(args, "snapshot", None))
-    d1.ROWS.write_text(json.dumps(doc, ensure_ascii=False, separators=(",", ":")) + "\n")
-    n_rej = sum(len(r["rejected"]) for r in doc["requests"])
-    print(f"wrote {d1.ROWS}: {len(doc['requests'])} requests, {len(doc['rows'])} rows, "
-          f"{sum(r['path'] == 'tree' for r in doc['requests'])} trees, {len(doc['arm_rows'])} arm rows, {n_rej} rejected")
-    return 0
+class RowsView:
+    """A d1 rows document keyed for the tests: ``meta`` by request id, ``rows`` by (request, question),
+    ``arm_rows`` by arm id, ``row_tokens`` (a request's longest row, what ``--port-records`` compares)."""
+
+    def __init__(self, doc: dict[str, Any]) -> None:
+        self.doc = doc
+        self.meta: dict[str, dict[str, Any]] = {r["id"]: r for r in doc["requests"]}
+        self.rows: dict[tuple[str, str], dict[str, Any]] = {(r["id"], r["qid"]): r for r in doc["rows"]}
+        self.arm_rows: dict[str, dict[str, Any]] = {r["id"]: r for r in doc["arm_rows"]}
+        self.row_tokens = {rid: max((r["row_len"] for (r_id, _), r in self.rows.items() if r_id == rid), default=0)
+                           for rid in self.meta}
+
+    def rejection(self, key: tuple[str, str]) -> str | None:
+        """Why question ``key`` has no row for this tokenizer (its read-out groups could not be formed), or None."""
+        for r in self.meta.get(key[0], {}).get("rejected", []):
+            if r["qid"] == key[1]:
+                return f"{r['field']}: {r['reason']}"
+        return None
+
+
+def rows_view(pin: str) -> RowsView:
+    """:class:`RowsView` of pin ``pin``'s d1 tokens (:func:`oracles.families.d1.rows_doc`)."""
+    return RowsView(d1.rows_doc(pin))

@@ -14,6 +14,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from oracles.engines.base import Engine
+
 
 @dataclass
 class DecodeRun:
@@ -54,26 +56,40 @@ def recompute_steps(n: int, every: int) -> list[int]:
     return sorted({0, n - 1, *range(0, n, every)})
 
 
-def greedy_decode(engine: Any, ids: Sequence[int], max_new_tokens: int, every: int) -> DecodeRun:
-    """Greedy decode of ``ids`` through ``engine``'s KV cache, then the scheduled recomputes.
+def greedy_steps(engine: Engine, cache: Any, first: np.ndarray, max_new_tokens: int) -> tuple[list[int], list[np.ndarray], str]:
+    """Greedy decoding through a live cache: the one loop the execution oracles share.
 
-    Argmax ties resolve to the lowest id (``numpy.argmax``). Raises whatever ``engine.forward``
-    raises (a prompt longer than the context, for one).
+    ``first`` is the ``[V]`` logits row after the prompt (already in ``cache``). Each step takes the
+    argmax (ties to the lowest id, ``numpy.argmax``), stops at a stop token (kept) or after
+    ``max_new_tokens`` tokens, else feeds the token through ``cache`` (one-token ``forward``, keep=1).
+    The last token is not fed: ``cache`` holds the prompt and every token but the last.
+
+    Returns:
+        (tokens, rows, finish): ``rows[s]`` the ``[V]`` float32 logits ``tokens[s]`` was chosen from,
+        ``finish`` ``"stop"`` or ``"length"``.
     """
-    cache = engine.make_cache()
-    t0 = time.perf_counter()
-    rows = [engine.forward(list(ids), cache, keep=1).logits[-1]]
-    t1 = time.perf_counter()
     tokens: list[int] = []
-    finish = "length"
+    rows = [first]
     while True:
         tokens.append(int(np.argmax(rows[-1])))
         if tokens[-1] in engine.eos_token_ids:
-            finish = "stop"
-            break
+            return tokens, rows, "stop"
         if len(tokens) >= max_new_tokens:
-            break
+            return tokens, rows, "length"
         rows.append(engine.forward([tokens[-1]], cache, keep=1).logits[-1])
+
+
+def greedy_decode(engine: Engine, ids: Sequence[int], max_new_tokens: int, every: int) -> DecodeRun:
+    """Greedy decode of ``ids`` through ``engine``'s KV cache (:func:`greedy_steps`), then the
+    scheduled recomputes.
+
+    Raises whatever ``engine.forward`` raises (a prompt longer than the context, for one).
+    """
+    cache = engine.make_cache()
+    t0 = time.perf_counter()
+    first = engine.forward(list(ids), cache, keep=1).logits[-1]
+    t1 = time.perf_counter()
+    tokens, rows, finish = greedy_steps(engine, cache, first, max_new_tokens)
     t2 = time.perf_counter()
     run = DecodeRun(prompt=list(ids), tokens=tokens, finish_reason=finish, max_new_tokens=max_new_tokens,
                     every=every, step_logits=np.stack(rows).astype("<f4"), prefill_seconds=t1 - t0,

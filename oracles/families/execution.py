@@ -1,29 +1,32 @@
 """The execution oracles' records, caps and session runs (shared by the mtplx, mtplx_chat and port tests).
 
 Every heavy run goes through the session's ``runs(key, fn)`` memo with one key scheme, so a port test
-reuses exactly the run the family test made (``("prefill", engine, record)`` is test_forward's key):
+reuses exactly the run the family test made. A key is ``(kind, engine id, pin, record id, *rest)``:
 
-    ("prefill", engine, record)                   cold forward of a prompt record, every row
-    ("decode", engine, record)                    greedy cache-continuation decode + recomputes
-    ("generate", engine, record, mode, attempt)   the engine's own generate; mode greedy|sampled
-    ("speculate", engine, record, draft)          draft/verify/commit cycles; draft self|twin
-    ("library-speculative", engine, record, draft, window)  the library's own speculative generation
-    ("chat", engine, record)                      a chat record through one live cache
+    prefill                          cold forward of a prompt record, every row
+    decode                           greedy cache-continuation decode + recomputes
+    generate, mode, attempt          the engine's own generate; mode greedy|sampled
+    speculate, draft                 draft/verify/commit cycles; draft self|twin
+    library-speculative, draft, window   the library's own speculative generation
+    generate-window, window          the library's generation with a bounded cache
+    chat                             a chat record through one live cache
+
+Records reach these functions bound to the engine's pin (:meth:`PromptRecord.bind`).
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
-from oracles.engines.base import Generation, Sampler
+from oracles.engines.base import Engine, Generation, Sampler, Unsupported, check_fits
 from oracles.families.chat import ChatRun, load_chats, run_chat
 from oracles.families.decode import DecodeRun, greedy_decode
+from oracles.families.mtplx import GENERATION as GENERATION_FILE
 from oracles.families.mtplx import PromptRecord, load_prompts
 from oracles.families.speculative import SpeculativeRun, speculate
-from oracles.records import RECORDS
 
 DRAFT_PIN = "smollm2-draft-twin"
-GENERATION = load_prompts(RECORDS / "mtplx" / "generation.json")
+GENERATION = load_prompts(GENERATION_FILE)
 CHATS = load_chats()
 
 #: Cap of the decode and generation oracles. The reference's greedy answer to "arith" stops after 18
@@ -47,20 +50,13 @@ SAMPLERS = {"greedy": GREEDY, "sampled": SAMPLED}
 Runs = Callable[[Any, Callable[[], Any]], Any]
 
 
-def prefill(runs: Runs, engine: Any, record: PromptRecord) -> Any:
-    return runs(("prefill", engine.id, record.id), lambda: engine.forward(list(record.ids)))
+def key(kind: str, engine: Engine, record: Any, *rest: Any) -> tuple[Any, ...]:
+    """The ``runs`` key of one run (module docstring)."""
+    return (kind, engine.id, engine.pin, record.id, *rest)
 
 
-def check_fits(engine: Any, record_id: str, n: int) -> None:
-    """Refuse a prompt of ``n`` ids that does not fit ``engine``'s context, naming the record and the
-    first position past the context.
-
-    Raises:
-        ValueError: ``n > engine.max_context`` (when the engine has one).
-    """
-    if engine.max_context and n > engine.max_context:
-        raise ValueError(f"record {record_id!r}: {n} prompt tokens do not fit the context of {engine.max_context} "
-                         f"({engine.id}, pin {engine.pin}); position {engine.max_context} is past its end")
+def prefill(runs: Runs, engine: Engine, record: PromptRecord) -> Any:
+    return runs(key("prefill", engine, record), lambda: engine.forward(list(record.ids)))
 
 
 def greedy_decode_checked(engine: Any, record: PromptRecord) -> DecodeRun:
@@ -70,21 +66,32 @@ def greedy_decode_checked(engine: Any, record: PromptRecord) -> DecodeRun:
 
 
 def decode(runs: Runs, engine: Any, record: PromptRecord) -> DecodeRun:
-    return runs(("decode", engine.id, record.id), lambda: greedy_decode_checked(engine, record))
+    return runs(key("decode", engine, record), lambda: greedy_decode_checked(engine, record))
 
 
 def generate(runs: Runs, engine: Any, record: PromptRecord, mode: str, attempt: int = 1) -> Generation:
-    return runs(("generate", engine.id, record.id, mode, attempt),
+    return runs(key("generate", engine, record, mode, attempt),
                 lambda: engine.generate(list(record.ids), SAMPLERS[mode], MAX_NEW_TOKENS))
 
 
-def draft_engine(engines: Callable[..., Any], engine: Any, draft: str) -> Any:
-    """``"self"``: the engine drafts for itself; ``"twin"``: the same framework on the draft twin pin."""
-    return engine if draft == "self" else engines(engine.id, DRAFT_PIN)
+def draft_engine(engines: Callable[..., Any], engine: Engine, draft: str) -> Engine:
+    """``"self"``: the engine drafts for itself; ``"twin"``: the same framework on the draft twin pin.
+
+    Raises:
+        Unsupported: the draft twin's tokenizer is not the engine's pin's (its ids would mean other tokens).
+    """
+    if draft == "self":
+        return engine
+    from oracles.pins import load_pin
+
+    if load_pin(DRAFT_PIN).tokenizer_sha256 != load_pin(engine.pin).tokenizer_sha256:
+        raise Unsupported(engine.id, f"draft with {DRAFT_PIN} on pin {engine.pin}",
+                          "the draft's tokenizer differs from the pin's")
+    return engines(engine.id, DRAFT_PIN)
 
 
 def speculative(runs: Runs, engines: Callable[..., Any], engine: Any, record: PromptRecord, draft: str) -> SpeculativeRun:
-    return runs(("speculate", engine.id, record.id, draft),
+    return runs(key("speculate", engine, record, draft),
                 lambda: speculate(engine, draft_engine(engines, engine, draft), record.ids, NUM_DRAFT, MAX_NEW_TOKENS))
 
 
@@ -95,13 +102,13 @@ def library_speculative(runs: Runs, engines: Callable[..., Any], engine: Any, re
         kw = {} if window is None else {"max_kv_size": window}
         return engine.speculative(list(record.ids), other, NUM_DRAFT, MAX_NEW_TOKENS, **kw)
 
-    return runs(("library-speculative", engine.id, record.id, draft, window), go)
+    return runs(key("library-speculative", engine, record, draft, window), go)
 
 
 def windowed_generate(runs: Runs, engine: Any, record: PromptRecord, window: int) -> Generation:
-    return runs(("generate-window", engine.id, record.id, window),
+    return runs(key("generate-window", engine, record, window),
                 lambda: engine.generate(list(record.ids), GREEDY, MAX_NEW_TOKENS, max_kv_size=window))
 
 
 def chat(runs: Runs, engine: Any, record: Any) -> ChatRun:
-    return runs(("chat", engine.id, record.id), lambda: run_chat(engine, record))
+    return runs(key("chat", engine, record), lambda: run_chat(engine, record))

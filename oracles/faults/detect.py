@@ -63,18 +63,20 @@ def detect(runs: Runs, engines: Callable[..., Any], reference_id: str, pin: str,
     touched = FAMILIES if fault == CONTROL or FAULTS[fault].touches is None else FAULTS[fault].touches
     ref_runs = family_runs(runs, reference, pin, FAMILIES, draft)
     port_runs = family_runs(runs, port, pin, tuple(touched), draft)
-    _, rows = d1_inputs()
     checks = runs(("faults-checks", pin, fault),
-                  lambda: run_checks(ref_runs, port_runs, {q: r["keys"] for q, r in rows.items()}))
+                  lambda: run_checks(ref_runs, port_runs, {q: r["keys"] for q, r in d1_inputs(pin)[1].items()}))
     return Row(pin, fault, reference, port, checks)
 
 
-def bisect_row(runs: Runs, engines: Callable[..., Any], reference_id: str, pin: str, fault: str) -> dict[str, Any]:
-    """``oracles bisect``'s report of the port against its faithful engine on "ping" (a cold prefill)."""
+def bisect_row(runs: Runs, engines: Callable[..., Any], reference_id: str, pin: str,
+               fault: str) -> tuple[dict[str, Any], Any]:
+    """``oracles bisect``'s report of the port against its faithful engine on "ping" (a cold
+    prefill), and the port."""
     from oracles.commands.bisect import localise
 
     reference, port = engines_of(runs, engines(reference_id, pin), pin, fault)
-    return runs(("faults-bisect", pin, fault), lambda: localise(reference, port, list(PING.ids), PING.id))
+    report = runs(("faults-bisect", pin, fault), lambda: localise(reference, port, list(PING.bind(pin).ids), PING.id))
+    return report, port
 
 
 __all__ = ["Row", "bisect_row", "detect", "engines_of", "family_runs"]

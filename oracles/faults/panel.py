@@ -19,7 +19,6 @@ Numpy at the boundary; the engines do every forward.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -37,6 +36,7 @@ from oracles.records import canonical_sha256
 
 FAMILIES = ("forward", "decode", "generation", "speculative", "chat", "d1", "cohort")
 
+#: The records, unbound: their token ids are the pin's (:meth:`PromptRecord.bind`).
 PING = next(p for p in load_prompts() if p.id == "ping")
 ARITH = next(r for r in GENERATION if r.id == "arith")
 #: The decode, generation and speculative cap: the reference's greedy answer to "arith" is 18 tokens,
@@ -50,7 +50,7 @@ RECOMPUTE_EVERY = 9
 CHAT_TURNS, CHAT_CAP = 2, 8
 _BRIEF = next(c for c in CHATS if c.id == "brief-story-prime")
 CHAT = ChatRecord(f"{_BRIEF.id}[:{CHAT_TURNS}]", _BRIEF.turns[:CHAT_TURNS], CHAT_CAP,
-                  canonical_sha256(chat_request(list(_BRIEF.turns[:CHAT_TURNS]), CHAT_CAP)), _BRIEF.pin)
+                  canonical_sha256(chat_request(list(_BRIEF.turns[:CHAT_TURNS]), CHAT_CAP)))
 #: d1: the smallest tree request (bucket 64, rows of 77 and 76 ids sharing a 50-id trunk).
 D1_REQUEST = "fact_water"
 #: The cohort's lanes, as the decode cohort test cuts them from "arith": 24, 21 and 11 ids, so two
@@ -107,34 +107,38 @@ def run_cohort(engine: Any, ids: Sequence[int], slices: Sequence[tuple[int, int]
                      cohort=np.stack(cohort_rows, axis=1).astype("<f4"))
 
 
-def d1_inputs() -> tuple[d1.Request, dict[str, dict[str, Any]]]:
-    """The d1 request of the panel and its rows.json entries (question id -> row)."""
+def d1_inputs(pin: str) -> tuple[d1.Request, dict[str, dict[str, Any]]]:
+    """The d1 request of the panel and its rows for ``pin``'s tokenizer (question id -> row).
+
+    Raises:
+        TokensMissing: the d1 family has no rows for that tokenizer (the command to run named).
+    """
     request = next(r for r in d1.load_requests() if r.id == D1_REQUEST)
-    doc = json.loads(d1.ROWS.read_text())
-    return request, {r["qid"]: r for r in doc["rows"] if r["id"] == D1_REQUEST}
+    return request, {r["qid"]: r for r in d1.rows_doc(pin)["rows"] if r["id"] == D1_REQUEST}
 
 
 def family_runner(family: str, engine: Any, draft: Callable[[], Any]) -> Callable[[], Any]:
-    """The zero-argument run of ``family`` on ``engine`` (``draft()`` gives the speculative draft engine).
+    """The zero-argument run of ``family`` on ``engine`` (``draft()`` gives the speculative draft engine),
+    the records' token ids those of the engine's pin.
 
     Raises:
         KeyError: an unknown family.
     """
+    pin = engine.pin
     if family == "forward":
-        return lambda: engine.forward(list(PING.ids))
+        return lambda: engine.forward(list(PING.bind(pin).ids))
     if family == "decode":
-        return lambda: greedy_decode(engine, ARITH.ids, MAX_NEW_TOKENS, RECOMPUTE_EVERY)
+        return lambda: greedy_decode(engine, ARITH.bind(pin).ids, MAX_NEW_TOKENS, RECOMPUTE_EVERY)
     if family == "generation":
-        return lambda: engine.generate(list(ARITH.ids), Sampler(), MAX_NEW_TOKENS)
+        return lambda: engine.generate(list(ARITH.bind(pin).ids), Sampler(), MAX_NEW_TOKENS)
     if family == "speculative":
-        return lambda: speculate(engine, draft(), ARITH.ids, NUM_DRAFT, MAX_NEW_TOKENS)
+        return lambda: speculate(engine, draft(), ARITH.bind(pin).ids, NUM_DRAFT, MAX_NEW_TOKENS)
     if family == "chat":
         return lambda: run_chat(engine, CHAT)
     if family == "d1":
-        request, rows = d1_inputs()
-        return lambda: run_request(engine, request, rows)
+        return lambda: run_request(engine, *d1_inputs(pin))
     if family == "cohort":
-        return lambda: run_cohort(engine, ARITH.ids, COHORT_SLICES, COHORT_STEPS)
+        return lambda: run_cohort(engine, ARITH.bind(pin).ids, COHORT_SLICES, COHORT_STEPS)
     raise KeyError(f"unknown family {family!r}; known: {', '.join(FAMILIES)}")
 
 

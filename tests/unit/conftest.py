@@ -32,6 +32,14 @@ def receipt_files(folder: Path) -> dict[str, list[Path]]:
     return out
 
 
+@pytest.fixture(autouse=True)
+def _oracles_on(request: pytest.FixtureRequest) -> None:
+    """Every inner project a pytester test makes turns pytest-oracles on in its ini file, as this
+    repository's pytest.ini does (the plugin is opt-in); tests of the opt-in itself remove the file."""
+    if "pytester" in request.fixturenames:
+        request.getfixturevalue("pytester").makeini("[pytest]\noracles = true\n")
+
+
 @pytest.fixture
 def only_receipt() -> Callable[[Path], tuple[Path, dict[str, Any]]]:
     """``only_receipt(folder) -> (path, receipt)``: the single receipt under ``folder``, parsed."""

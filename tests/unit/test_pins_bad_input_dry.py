@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from oracles.errors import FixtureError, PinError
-from oracles.pins import load_pin, parse_snapshot_options, safetensors_header, verify_snapshot
+from oracles.pins import PinStore, load_pin, parse_snapshot_options, safetensors_header, verify_snapshot
 
 pytestmark = pytest.mark.dry
 
@@ -57,26 +57,26 @@ def snapshot(tmp_path: Path) -> Path:
 
 
 def test_good_snapshot_verifies(pins_dir: Path, snapshot: Path) -> None:
-    figures = verify_snapshot(load_pin("tiny", pins_dir), snapshot)
+    figures = verify_snapshot(load_pin("tiny", PinStore((pins_dir,))), snapshot)
     assert (figures["files"], figures["bytes"]) == (2, sum(len(v) for v in FILES.values()))
 
 
 def test_unknown_pin_lists_known_pins(pins_dir: Path) -> None:
     (pins_dir / "other.json").write_text("{}")
-    with pytest.raises(PinError, match=r"^unknown pin 'nope': no .*nope\.json; known pins: other, tiny$"):
-        load_pin("nope", pins_dir)
+    with pytest.raises(PinError, match=r"^unknown pin 'nope': no nope\.json in .*; known pins: other, tiny$"):
+        load_pin("nope", PinStore((pins_dir,)))
 
 
 def test_missing_snapshot_folder(pins_dir: Path, tmp_path: Path) -> None:
     with pytest.raises(PinError, match=r"snapshot of pin 'tiny' missing: .*/absent is not a folder; run `oracles "
                                        r"materialize tiny` or pass --snapshot NAME=PATH"):
-        verify_snapshot(load_pin("tiny", pins_dir), tmp_path / "absent")
+        verify_snapshot(load_pin("tiny", PinStore((pins_dir,))), tmp_path / "absent")
 
 
 def test_missing_pinned_file(pins_dir: Path, snapshot: Path) -> None:
     (snapshot / "config.json").unlink()
     with pytest.raises(PinError, match=rf"^{snapshot}/config\.json: pinned file of 'tiny' is missing$"):
-        verify_snapshot(load_pin("tiny", pins_dir), snapshot)
+        verify_snapshot(load_pin("tiny", PinStore((pins_dir,))), snapshot)
 
 
 def test_digest_mismatch_names_file_expected_actual(pins_dir: Path, snapshot: Path) -> None:
@@ -85,14 +85,14 @@ def test_digest_mismatch_names_file_expected_actual(pins_dir: Path, snapshot: Pa
     want = hashlib.sha256(FILES["config.json"]).hexdigest()
     got = hashlib.sha256(changed).hexdigest()
     with pytest.raises(PinError) as info:
-        verify_snapshot(load_pin("tiny", pins_dir), snapshot)
+        verify_snapshot(load_pin("tiny", PinStore((pins_dir,))), snapshot)
     assert str(info.value) == f"{snapshot}/config.json: sha256 mismatch: expected {want}, actual {got}"
 
 
 def test_size_mismatch(pins_dir: Path, snapshot: Path) -> None:
     (snapshot / "config.json").write_bytes(b"{}\n")
     with pytest.raises(PinError, match=rf"^{snapshot}/config\.json: size mismatch: expected 19 bytes, actual 3$"):
-        verify_snapshot(load_pin("tiny", pins_dir), snapshot)
+        verify_snapshot(load_pin("tiny", PinStore((pins_dir,))), snapshot)
 
 
 def test_safetensors_header_mismatch(pins_dir: Path, snapshot: Path) -> None:
@@ -100,7 +100,7 @@ def test_safetensors_header_mismatch(pins_dir: Path, snapshot: Path) -> None:
     obj["safetensors_headers"]["model.safetensors"] = "0" * 64
     (pins_dir / "tiny.json").write_text(json.dumps(obj))
     with pytest.raises(PinError, match=r"model\.safetensors: safetensors header sha256 mismatch: expected 0{64}, actual"):
-        verify_snapshot(load_pin("tiny", pins_dir), snapshot)
+        verify_snapshot(load_pin("tiny", PinStore((pins_dir,))), snapshot)
 
 
 def test_truncated_safetensors_header(tmp_path: Path) -> None:
@@ -114,7 +114,7 @@ def test_malformed_pin_json_names_path_and_line(pins_dir: Path) -> None:
     path = pins_dir / "tiny.json"
     path.write_text('{\n  "name": "tiny",\n  "source": ,\n}\n')
     with pytest.raises(FixtureError, match=rf"^{path}:3:13: not valid JSON: Expecting value$"):
-        load_pin("tiny", pins_dir)
+        load_pin("tiny", PinStore((pins_dir,)))
 
 
 @pytest.mark.parametrize(("change", "message"), [
@@ -134,7 +134,7 @@ def test_pin_field_errors_name_path_and_field(pins_dir: Path, change: Any, messa
     path = pins_dir / "tiny.json"
     path.write_text(json.dumps(obj))
     with pytest.raises(PinError) as info:
-        load_pin("tiny", pins_dir)
+        load_pin("tiny", PinStore((pins_dir,)))
     assert str(info.value).startswith(f"{path}: ") and message in str(info.value), str(info.value)
 
 
@@ -149,10 +149,10 @@ def test_pin_by_path(pins_dir: Path) -> None:
 ])
 def test_snapshot_option_errors(pins_dir: Path, value: str, message: str) -> None:
     with pytest.raises(PinError) as info:
-        parse_snapshot_options([value], pins_dir)
+        parse_snapshot_options([value], PinStore((pins_dir,)))
     assert str(info.value) == message
 
 
 def test_snapshot_option_resolves_path(pins_dir: Path, tmp_path: Path) -> None:
     (tmp_path / "snap").mkdir()  # the PATH must be an existing folder
-    assert parse_snapshot_options([f"tiny={tmp_path}/a/../snap"], pins_dir) == {"tiny": tmp_path / "snap"}
+    assert parse_snapshot_options([f"tiny={tmp_path}/a/../snap"], PinStore((pins_dir,))) == {"tiny": tmp_path / "snap"}

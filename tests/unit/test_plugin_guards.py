@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import pytest
 
-from oracles.pins import DEFAULT_PIN, load_pin
+from oracles.pins import BUILTIN_PINS, DEFAULT_PIN, load_pin
 
 DEADLINE_SUITE = """
 import time
@@ -124,9 +124,10 @@ def _pin_row(**override: Any) -> dict[str, Any]:
     ({"invocation.reference": "mlx"}, "invocation.reference 'mlx' differs from this run's 'torch'"),
     ({"invocation.port": "none"}, "invocation.port 'none' differs from this run's 'auto'"),
     ({"pins": [_pin_row(digest="0" * 64)]},
-     f"pins[{DEFAULT_PIN}].digest '{'0' * 64}' differs from fixtures/pins/{DEFAULT_PIN}.json's "
+     f"pins[{DEFAULT_PIN}].digest '{'0' * 64}' differs from {load_pin(DEFAULT_PIN).path}'s "
      f"'{load_pin(DEFAULT_PIN).digest}'"),
-    ({"pins": [_pin_row(name="gone-pin")]}, "pins[gone-pin]: no pin file fixtures/pins/gone-pin.json in this checkout"),
+    ({"pins": [_pin_row(name="gone-pin")]}, f"pins[gone-pin]: no pin file gone-pin.json in {{project}}/fixtures/pins then "
+                                            f"{BUILTIN_PINS}"),
 ], ids=["schema", "reference", "port", "pin-digest", "pin-gone"])
 def test_resume_from_another_setting_is_refused(pytester: pytest.Pytester, only_receipt: Callable[..., Any],
                                                 edit: dict[str, Any], expected: str) -> None:
@@ -140,6 +141,7 @@ def test_resume_from_another_setting_is_refused(pytester: pytest.Pytester, only_
     edited = pytester.path / "edited.json"
     edited.write_text(json.dumps(receipt))
     error = _usage_error(pytester.runpytest(f"--resume={edited}", "--receipts-dir", "two"))
+    expected = expected.replace("{project}", str(pytester.path))
     assert error == f"ERROR: --resume {edited}: {expected}; resume only from a run of the same setting", error
 
 

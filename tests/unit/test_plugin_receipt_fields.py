@@ -1,5 +1,5 @@
 """Every receipt field issue 2 lists, from a pytester run of the project's real conftest fixtures
-(``verified_snapshot``, ``engines``) with a stand-in engine registered in the engine registry.
+(the plugin's ``verified_snapshot`` and ``engines``) with a stand-in engine registered in the engine registry.
 
 Not ``dry``: the run verifies the default pin's snapshot under ``$ORACLES_HOME`` (reads its ~540 MB
 once, no weights are loaded).
@@ -18,7 +18,7 @@ from typing import Any, Callable
 import pytest
 
 import oracles.engines
-from oracles.pins import oracles_home
+from oracles.pins import BUILTIN_PINS, oracles_home
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Read at import, before pytester points $HOME at its temporary folder (where ~/.cache/oracles,
@@ -27,12 +27,15 @@ REAL_ORACLES_HOME = str(oracles_home())
 PIN = "smollm2-135m-instruct"
 
 FAKE_ENGINE = """
-class FakeEngine:
+from oracles.engines.base import Engine
+
+class FakeEngine(Engine):
+    id = "fake"
     loads = 0
 
     def __init__(self, root, pin, threads):
+        super().__init__(root, pin, threads)
         FakeEngine.loads += 1
-        self.root, self.pin, self.threads = root, pin, threads
 
     def describe(self):
         return {"kind": "stand-in"}
@@ -44,12 +47,12 @@ import pytest
 @pytest.mark.mtplx
 @pytest.mark.parametrize("record", ["ping", "readme"])
 def test_engine_rows(engines, record, receipt):
-    engine = engines("fake")
+    engine = engines("fake", "smollm2-135m-instruct")
     receipt.update(record=record, loads=type(engine).loads, pin=engine.pin)
 
 @pytest.mark.d1
 def test_engine_again(engines):
-    assert engines("fake") is engines("fake")
+    assert engines("fake", "smollm2-135m-instruct") is engines("fake", "smollm2-135m-instruct")
 
 def test_fails():
     assert 1 == 2, "deliberate failure"
@@ -65,7 +68,7 @@ def test_not_selected():
 
 def _pin_digest() -> str:
     """The pin's snapshot digest recomputed from its JSON: sha256 over sorted "path\\0sha256\\n" lines."""
-    files = json.loads((ROOT / "fixtures" / "pins" / f"{PIN}.json").read_text())["files"]
+    files = json.loads((BUILTIN_PINS / f"{PIN}.json").read_text())["files"]
     return hashlib.sha256("".join(f"{k}\0{files[k]['sha256']}\n" for k in sorted(files)).encode()).hexdigest()
 
 
@@ -75,7 +78,6 @@ def fields_run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setitem(oracles.engines.BUILTIN, "fake", "fake_engine:FakeEngine")
     monkeypatch.setenv("ORACLES_HOME", REAL_ORACLES_HOME)
     pytester.syspathinsert()
-    pytester.makeconftest((ROOT / "conftest.py").read_text())  # the project's real fixtures
     pytester.makepyfile(fake_engine=FAKE_ENGINE, test_suite=SUITE)
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(pytester.path)]
     subprocess.run([*git, "init", "-q"], check=True)

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from oracles.errors import FixtureError
-from oracles.families.mtplx import load_prompts
-from oracles.records import canonical_json, canonical_sha256, load_record_list, require
+from oracles.families.mtplx import PROMPTS, load_prompts
+from oracles.pins import PinStore, load_pin
+from oracles.records import RecordStore, TokensMissing, canonical_json, canonical_sha256, load_record_list, require
 
 pytestmark = pytest.mark.dry
 
@@ -67,12 +68,12 @@ def test_require(value: Any, kind: Any, ok: bool) -> None:
 
 
 def _prompt(**over: Any) -> dict[str, Any]:
-    return {"id": "ping", "messages": MESSAGES, "sha256": canonical_sha256(MESSAGES), "ids": [1, 2, 3], **over}
+    return {"id": "ping", "messages": MESSAGES, "sha256": canonical_sha256(MESSAGES), **over}
 
 
 def test_prompts_good(tmp_path: Path) -> None:
-    (rec,) = load_prompts(_write(tmp_path, {"pin": "p", "records": [_prompt()]}))
-    assert (rec.id, rec.ids, rec.pin, rec.message_list) == ("ping", (1, 2, 3), "p", MESSAGES)
+    (rec,) = load_prompts(_write(tmp_path, {"records": [_prompt()]}))
+    assert (rec.id, rec.ids, rec.pin, rec.message_list) == ("ping", (), None, MESSAGES)
 
 
 @pytest.mark.parametrize(("over", "message"), [
@@ -80,35 +81,28 @@ def test_prompts_good(tmp_path: Path) -> None:
     ({"messages": [{"role": "user"}]}, "record 'ping': field 'messages[0]' must be {'role': str, 'content': str}"),
     ({"sha256": "0" * 64}, f"record 'ping': field 'sha256' is {'0' * 64} but the messages hash to "
                            f"{canonical_sha256(MESSAGES)}"),
-    ({"ids": [1, -2]}, "record 'ping': field 'ids' must be a list of non-negative ints"),
-    ({"ids": None}, "record 'ping': field 'ids' is missing or not a list"),
+    ({"ids": [1, 2]}, "record 'ping': unknown field 'ids' (known: id, messages, sha256)"),
 ])
 def test_prompt_record_errors_name_path_record_field(tmp_path: Path, over: dict[str, Any], message: str) -> None:
-    path = _write(tmp_path, {"pin": "p", "records": [_prompt(**over)]})
+    path = _write(tmp_path, {"records": [_prompt(**over)]})
     with pytest.raises(FixtureError) as info:
         load_prompts(path)
     assert str(info.value) == f"{path}: {message}"
 
 
-def test_prompts_without_pin(tmp_path: Path) -> None:
-    path = _write(tmp_path, {"records": [_prompt()]})
-    with pytest.raises(FixtureError, match=rf"^{path}: field 'pin' is missing or not a str$"):
-        load_prompts(path)
-
-
 def test_dry_tokenizer_of_a_pin_without_a_copy_names_the_file(tmp_path: Path) -> None:
-    from oracles.chat import LightTokenizer
+    from oracles.tokenizer import LightTokenizer
 
     with pytest.raises(FixtureError, match=r"nopin/tokenizer.json: missing; the dry tokenizer of pin 'nopin'"):
         LightTokenizer(tmp_path / "nopin")
 
 
 def test_record_files_refuse_unknown_fields_and_another_family(tmp_path: Path) -> None:
-    good = json.loads((Path(__file__).resolve().parents[2] / "fixtures/records/mtplx/prompts.json").read_text())
+    good = json.loads(PROMPTS.read_text())
     misspelt = json.loads(json.dumps(good))
-    misspelt["records"][0]["idz"] = misspelt["records"][0]["ids"]
+    misspelt["records"][0]["idz"] = [1, 2]
     (tmp_path / "a.json").write_text(json.dumps(misspelt))
-    with pytest.raises(FixtureError, match=r"a.json: record 'ping': unknown field 'idz' \(known: id, ids, messages, sha256\)"):
+    with pytest.raises(FixtureError, match=r"a.json: record 'ping': unknown field 'idz' \(known: id, messages, sha256\)"):
         load_prompts(tmp_path / "a.json")
     (tmp_path / "b.json").write_text(json.dumps({**good, "family": "d1"}))
     with pytest.raises(FixtureError, match=r"b.json: field 'family' is 'd1', expected 'mtplx'"):
@@ -116,8 +110,36 @@ def test_record_files_refuse_unknown_fields_and_another_family(tmp_path: Path) -
 
 
 def test_a_misspelt_role_is_named(tmp_path: Path) -> None:
-    doc = json.loads((Path(__file__).resolve().parents[2] / "fixtures/records/mtplx/prompts.json").read_text())
+    doc = json.loads(PROMPTS.read_text())
     doc["records"][0]["messages"][0]["role"] = "usr"
     (tmp_path / "p.json").write_text(json.dumps(doc))
     with pytest.raises(FixtureError, match=r"record 'ping': field 'messages\[0\].role' is 'usr', not one of system, user"):
         load_prompts(tmp_path / "p.json")
+
+
+def test_tokens_are_found_by_tokenizer_digest(tmp_path: Path) -> None:
+    """Token ids are kept per tokenizer: a pin whose tokenizer files equal another's reads its ids; a
+    pin with another tokenizer is refused naming the command that writes its ids."""
+    default = load_pin("smollm2-135m-instruct")
+    same = json.loads(default.path.read_text()) | {"name": "same-tokenizer"}
+    other = json.loads(json.dumps(same)) | {"name": "other-tokenizer"}
+    other["files"]["tokenizer.json"] = {"bytes": 1, "sha256": "f" * 64}
+    pins = tmp_path / "pins"
+    pins.mkdir()
+    for doc in (same, other):
+        (pins / f"{doc['name']}.json").write_text(json.dumps(doc))
+    store = RecordStore.with_project(tmp_path / "records")
+    where = PinStore((pins,))
+    path, doc = store.tokens("mtplx", load_pin("same-tokenizer", where))
+    assert path.name == "smollm2-135m-instruct.json" and doc["tokenizer_sha256"] == default.tokenizer_sha256
+    with pytest.raises(TokensMissing, match=r"^pin other-tokenizer: family mtplx has no token ids for its tokenizer "
+                                            r"\(sha256 [0-9a-f]{12}\) in .*; run `oracles records mtplx --pin other-tokenizer`$"):
+        store.tokens("mtplx", load_pin("other-tokenizer", where))
+
+
+def test_tokens_file_without_digest_is_named(tmp_path: Path) -> None:
+    folder = tmp_path / "mtplx" / "tokens"
+    folder.mkdir(parents=True)
+    (folder / "x.json").write_text(json.dumps({"family": "mtplx", "ids": {}}))
+    with pytest.raises(FixtureError, match=r"x.json: field 'tokenizer_sha256' is missing or not a string"):
+        RecordStore((tmp_path,)).tokens("mtplx", load_pin("smollm2-135m-instruct"))

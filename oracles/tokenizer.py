@@ -1,4 +1,4 @@
-"""Chat-template rendering and tokenisation without transformers (for ``-m dry``).
+"""Chat-template rendering and tokenisation without transformers (for ``-m dry`` and ``oracles records``).
 
 Renders the template the way transformers' ``apply_chat_template`` does (a sandboxed jinja2
 environment with ``trim_blocks`` and ``lstrip_blocks``, ``raise_exception`` available; see
@@ -16,6 +16,10 @@ from typing import Any, Sequence
 from oracles.errors import FixtureError
 
 
+class NoChatTemplate(FixtureError):
+    """A tokenizer without a chat template: the families that render chats cannot run on its pin."""
+
+
 @dataclass
 class LightTokenizer:
     """A snapshot's tokenizer.json, tokenizer_config.json and chat_template.jinja, without transformers."""
@@ -24,7 +28,7 @@ class LightTokenizer:
 
     def __post_init__(self) -> None:
         """Raises FixtureError naming the folder and the file when a tokenizer file is missing (a pin
-        whose tokenizer copy is not under fixtures/tokenizers, for one)."""
+        whose tokenizer files are not in the folder given, for one)."""
         from tokenizers import Tokenizer
 
         for name in ("tokenizer.json", "tokenizer_config.json"):
@@ -36,7 +40,7 @@ class LightTokenizer:
         template = self.root / "chat_template.jinja"
         self.template = template.read_text() if template.is_file() else self.config.get("chat_template")
         if not self.template:
-            raise ValueError(f"{self.root}: no chat_template.jinja and no chat_template in tokenizer_config.json")
+            raise NoChatTemplate(f"{self.root}: no chat_template.jinja and no chat_template in tokenizer_config.json")
 
     def token_id(self, text: str | None) -> int | None:
         return None if text is None else self.tokenizer.token_to_id(text)
@@ -66,3 +70,18 @@ class LightTokenizer:
 
     def template_uses_bos(self) -> bool:
         return "bos_token" in (self.template or "")
+
+
+def tokenizer_folder(pin: Any) -> Path | None:
+    """A folder holding ``pin``'s tokenizer files, each equal to the pinned digest: a committed copy
+    under ``oracles/builtin/tokenizers`` (any whose files match, so pins sharing a tokenizer share a
+    copy), else the pin's materialised snapshot; None when neither has them. Reads no weights."""
+    from oracles.pins import TOKENIZER_FILES, sha256_file, snapshot_dir
+    from oracles.records import TOKENIZER_COPIES
+
+    wanted = {name: d.sha256 for name, d in pin.files.items() if Path(name).name in TOKENIZER_FILES}
+    candidates = sorted(p for p in TOKENIZER_COPIES.iterdir() if p.is_dir()) if TOKENIZER_COPIES.is_dir() else []
+    for folder in [*candidates, snapshot_dir(pin)]:
+        if all((folder / n).is_file() and sha256_file(folder / n) == sha for n, sha in wanted.items()):
+            return folder
+    return None

@@ -28,7 +28,6 @@ RECORD = next(r for r in ex.GENERATION if r.id == "arith")
 #: Three lengths, so two lanes are left-padded (by 3 and 13) in every cohort step. Short on purpose:
 #: the MLX CPU backend here prefills ~5 tokens/s.
 SLICES = ((21, 45), (0, 21), (21, 32))
-LANES = cut_lanes(RECORD.id, RECORD.ids, SLICES)
 #: Greedy steps per lane; each costs B one-token forwards twice (serial and cohort), ~0.4 s each on MLX.
 STEPS = 8
 
@@ -47,14 +46,16 @@ COHORT_ATOL = 1e-3
 HEAD_RERUN_ATOL = 1e-5
 
 
-@pytest.fixture(params=range(len(LANES)), ids=[lane.id for lane in LANES])
+@pytest.fixture(params=range(len(SLICES)), ids=[f"{RECORD.id}[{a}:{b}]" for a, b in SLICES])
 def lane(request: pytest.FixtureRequest) -> int:
-    """The lane's index into :data:`LANES` (and into the run's per-lane arrays)."""
+    """The lane's index into :data:`SLICES` (and into the run's per-lane arrays)."""
     return int(request.param)
 
 
 def cohort(runs: Callable[..., Any], engine: Any) -> CohortRun:
-    return runs(("cohort", engine.id, RECORD.id), lambda: run_cohort(engine, LANES, STEPS))
+    record = RECORD.bind(engine.pin)
+    lanes = cut_lanes(record.id, record.ids, SLICES)
+    return runs(("cohort", engine.id, engine.pin, RECORD.id), lambda: run_cohort(engine, lanes, STEPS))
 
 
 def _comparable_steps(run: CohortRun, b: int) -> int:

@@ -1,5 +1,5 @@
 """The draft twin: a tiny seeded Llama sharing SmolLM2's tokenizer, the draft model of the
-speculative oracles (``fixtures/pins/smollm2-draft-twin.json``, source ``twin:llama-draft#SEED``).
+speculative oracles (``oracles/builtin/pins/smollm2-draft-twin.json``, source ``twin:llama-draft#SEED``).
 
 Built from transformers' own ``LlamaConfig`` at a tiny size (2 layers, hidden 64, the full 49,152
 vocabulary so its ids are the target's ids) with weights from ``torch.manual_seed(SEED)`` through the

@@ -28,8 +28,9 @@ RECOMPUTE_ATOL = 2e-3
 
 
 @pytest.fixture(params=ex.GENERATION, ids=[r.id for r in ex.GENERATION])
-def record(request: pytest.FixtureRequest) -> PromptRecord:
-    return request.param
+def record(request: pytest.FixtureRequest, pin: str) -> PromptRecord:
+    """The generation record bound to this test's pin (its tokenizer's ids)."""
+    return request.param.bind(pin)
 
 
 def test_decode_to_stop(runs: Callable[..., Any], engine: Any, record: PromptRecord, receipt: Any) -> None:
@@ -95,15 +96,22 @@ def test_prompt_longer_than_context(engine: Any, receipt: Any) -> None:
 
 
 def test_prompt_longer_than_context_names_record(engine: Any) -> None:
-    """The decode oracle on such a record fails naming the record and the position the context ends at."""
+    """The decode oracle on such a record is refused (its tests skip on such a pin) naming the record and
+    the position the context ends at."""
     record = PromptRecord("over-context", ({"role": "user", "content": "x"},), "0" * 64,
-                          tuple([1] * (engine.max_context + 1)), "smollm2-135m-instruct")
+                          tuple([1] * (engine.max_context + 1)), engine.pin)
     with pytest.raises(ValueError) as err:
         ex.greedy_decode_checked(engine, record)
     assert "over-context" in str(err.value) and f"position {engine.max_context}" in str(err.value), str(err.value)
 
 
-@pytest.mark.parametrize("prompt", load_prompts(), ids=[p.id for p in load_prompts()])
+@pytest.fixture(params=load_prompts(), ids=[p.id for p in load_prompts()])
+def prompt(request: pytest.FixtureRequest, pin: str) -> PromptRecord:
+    """A prompt record bound to this test's pin."""
+    return request.param.bind(pin)
+
+
+
 def test_prefill_comparable(runs: Callable[..., Any], engine: Any, prompt: PromptRecord, receipt: Any) -> None:
     """The prompt records' prefill (test_forward's run, same key) as a comparable record for
     ``oracles compare``: ids, per-row argmax and fingerprints, the last row's logits in the npz."""

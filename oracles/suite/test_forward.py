@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from oracles.checks.exact import assert_ids_equal, assert_within, diff
+from oracles.families import execution as ex
 from oracles.families.mtplx import PromptRecord, load_prompts
 from oracles.fingerprint import as_f4, fingerprint, row_fingerprints
 
@@ -27,19 +28,20 @@ HEAD_RERUN_ATOL = 1e-5
 
 
 @pytest.fixture(params=PROMPTS, ids=[p.id for p in PROMPTS])
-def record(request: pytest.FixtureRequest) -> PromptRecord:
-    return request.param
+def record(request: pytest.FixtureRequest, pin: str) -> PromptRecord:
+    """The prompt record bound to this test's pin (its tokenizer's ids)."""
+    return request.param.bind(pin)
 
 
 def prefill(runs: Callable[..., Any], engine: Any, record: PromptRecord) -> Any:
-    return runs(("prefill", engine.id, record.id), lambda: engine.forward(list(record.ids)))
+    return ex.prefill(runs, engine, record)
 
 
 def test_chat_template_ids(engine: Any, record: PromptRecord, receipt: Any) -> None:
     """The engine's chat template gives the committed ids (apply_chat_template with the generation prompt)."""
     ids = engine.chat_ids(record.message_list)
     receipt.update(request_sha256=record.sha256, token_count=len(ids), ids=ids)
-    assert_ids_equal(ids, list(record.ids), f"{record.id}: chat-template ids vs fixtures/records/mtplx/prompts.json")
+    assert_ids_equal(ids, list(record.ids), f"{record.id}: chat-template ids vs the committed mtplx ids of pin {record.pin}")
 
 
 def test_prefill_finite(runs: Callable[..., Any], engine: Any, record: PromptRecord, receipt: Any) -> None:

@@ -21,8 +21,9 @@ MODES = ["greedy", "sampled"]
 
 
 @pytest.fixture(params=ex.GENERATION, ids=[r.id for r in ex.GENERATION])
-def record(request: pytest.FixtureRequest) -> PromptRecord:
-    return request.param
+def record(request: pytest.FixtureRequest, pin: str) -> PromptRecord:
+    """The generation record bound to this test's pin (its tokenizer's ids)."""
+    return request.param.bind(pin)
 
 
 @pytest.mark.parametrize("mode", MODES)

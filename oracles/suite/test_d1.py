@@ -1,4 +1,4 @@
-"""d1 readout oracle on the default pin: rows, trees, head re-run, hidden states, determinism, red arms.
+"""d1 read-out oracle: rows, trees, head re-run, hidden states, determinism, red arms, on each pin.
 
 Each request runs once per engine per session (``runs``): every question as its own row (the row
 path) and, for several questions, one trunk plus a branch per question (the tree path). The tests
@@ -8,7 +8,7 @@ read what those passes computed. Ports (``engine_id`` beyond the reference) run 
 
 from __future__ import annotations
 
-import json
+import functools
 from typing import Any, Callable
 
 import numpy as np
@@ -17,8 +17,9 @@ import pytest
 from oracles.checks import readout
 from oracles.checks.close import log_softmax64
 from oracles.checks.exact import assert_bits_equal, assert_ids_equal, assert_within, diff
+from oracles.engines.base import check_fits
 from oracles.families import d1
-from oracles.families.d1_rows import load_arms
+from oracles.families.d1_rows import RowsView, load_arms, rows_view
 from oracles.families.d1_run import D1_SAMPLE_TOKENS, FULL_BUCKETS, RequestRun, row_pass, run_request
 from oracles.fingerprint import as_f4, fingerprint
 from oracles.port_scope import PortScope
@@ -26,18 +27,32 @@ from oracles.port_scope import PortScope
 pytestmark = [pytest.mark.d1, pytest.mark.slow]
 
 REQUESTS = {r.id: r for r in d1.load_requests()}
-ROWS_DOC = json.loads(d1.ROWS.read_text())
-META = {r["id"]: r for r in ROWS_DOC["requests"]}
-ROWS = {(r["id"], r["qid"]): r for r in ROWS_DOC["rows"]}
-QUESTIONS = list(ROWS)
-TREES = [rid for rid, m in META.items() if m["path"] == "tree"]
-TREE_QUESTIONS = [k for k in QUESTIONS if META[k[0]]["path"] == "tree"]
+#: Parameters come from the requests (tokenizer-independent); each pin's rows (its d1 tokens) say
+#: which questions have rows for its tokenizer, its trees, buckets and sizes.
+QUESTIONS = [(r.id, q.qid) for r in REQUESTS.values() for q in r.questions]
+TREES = [r.id for r in REQUESTS.values() if len(r.questions) > 1]
+TREE_QUESTIONS = [k for k in QUESTIONS if k[0] in TREES]
 ARMS = {a["id"]: a for a in load_arms()}
-ARM_ROWS = {r["id"]: r for r in ROWS_DOC["arm_rows"]}
-#: The first question of the first request of each small bucket also runs every position (keep=0).
-#: A request's size for --port-records: its longest row (arms run with their base record).
-ROW_TOKENS = {rid: max(r["row_len"] for (r_id, _), r in ROWS.items() if r_id == rid) for rid in META}
-FULL = [next(k for k in QUESTIONS if META[k[0]]["bucket"] == b) for b in FULL_BUCKETS]
+
+
+@functools.lru_cache(maxsize=8)
+def _view(pin: str) -> RowsView:
+    return rows_view(pin)
+
+
+def _row(pin: str, key: tuple[str, str]) -> dict[str, Any]:
+    """The question's row on this pin's tokenizer; skipped (reason named) where the tokenizer rejects it."""
+    row = _view(pin).rows.get(key)
+    if row is None:
+        pytest.skip(f"{_label(key)}: no row for pin {pin}'s tokenizer ({_view(pin).rejection(key)})")
+    return row
+
+
+def _tree_meta(pin: str, rid: str) -> dict[str, Any]:
+    meta = _view(pin).meta[rid]
+    if meta["path"] != "tree":
+        pytest.skip(f"{rid}: fewer than two questions have rows for pin {pin}'s tokenizer")
+    return meta
 
 #: lm_head re-run tolerance, as in test_forward: same float32 hidden row, same weight, one row each
 #: side (like with like); only a BLAS blocking change could reorder the 576-term dot products, moving
@@ -58,34 +73,50 @@ def _label(key: tuple[str, str]) -> str:
     return f"{key[0]}/{key[1]}"
 
 
-def _gate(engine_id: str, config: pytest.Config, rid: str) -> None:
+def _full(pin: str) -> list[tuple[str, str]]:
+    """The first question of the first request of each small bucket also runs every position (keep=0)."""
+    view = _view(pin)
+    return [next(k for k in view.rows if view.meta[k[0]]["bucket"] == b) for b in FULL_BUCKETS
+            if any(m["bucket"] == b for m in view.meta.values())]
+
+
+def _gate(engine_id: str, config: pytest.Config, pin: str, rid: str) -> None:
     """Ports run the records ``--port-records`` selects (oracles/port_scope.py): by default those whose
     longest row is at most d1_run.D1_SAMPLE_TOKENS, else all, or at most N tokens."""
     if engine_id == config.getoption("reference"):
         return
     scope = PortScope.parse(config.getoption("port_records"))
-    tokens = ROW_TOKENS[rid]
+    tokens = _view(pin).row_tokens[rid]
     if not scope.selects(tokens, D1_SAMPLE_TOKENS):
         pytest.skip(scope.skip_reason(engine_id, rid, tokens))
 
 
 def _run(runs: Callable[..., Any], engine: Any, rid: str, config: pytest.Config) -> RequestRun:
-    _gate(engine.id, config, rid)
+    _gate(engine.id, config, engine.pin, rid)
     req = REQUESTS[rid]
-    rows = {qid: ROWS[(r, qid)] for (r, qid) in ROWS if r == rid}
-    full = [qid for (r, qid) in FULL if r == rid]
-    return runs(("d1", engine.id, rid), lambda: run_request(engine, req, rows, full))
+    view = _view(engine.pin)
+    check_fits(engine, rid, view.row_tokens[rid])
+    rows = {qid: view.rows[(r, qid)] for (r, qid) in view.rows if r == rid}
+    full = [qid for (r, qid) in _full(engine.pin) if r == rid]
+    return runs(("d1", engine.id, engine.pin, rid), lambda: run_request(engine, req, rows, full))
 
 
-def _facts(key: tuple[str, str], probs: list[float]) -> dict[str, Any]:
+def _row_run(runs: Callable[..., Any], engine: Any, key: tuple[str, str], config: pytest.Config) -> Any:
+    """The row pass of question ``key`` (skipped where the pin's tokenizer has no row for it)."""
+    _row(engine.pin, key)
+    return _run(runs, engine, key[0], config).rows[key[1]]
+
+
+def _facts(pin: str, key: tuple[str, str], probs: list[float]) -> dict[str, Any]:
     rid, qid = key
-    keys = ROWS[key]["keys"]
+    row, meta = _row(pin, key), _view(pin).meta[rid]
+    keys = row["keys"]
     top = readout.argmax(probs)
     gold = REQUESTS[rid].gold.get(qid)
     gap = readout.top2_gap(probs)
-    return {"record": rid, "qid": qid, "source": META[rid]["source"], "type": ROWS[key]["type"],
-            "bucket": META[rid]["bucket"], "path": META[rid]["path"], "row_len": ROWS[key]["row_len"],
-            "request_sha256": META[rid]["sha256"], "keys": keys, "probs": probs, "argmax_key": keys[top],
+    return {"record": rid, "qid": qid, "source": meta["source"], "type": row["type"], "pin": pin,
+            "bucket": meta["bucket"], "path": meta["path"], "row_len": row["row_len"],
+            "request_sha256": meta["sha256"], "keys": keys, "probs": probs, "argmax_key": keys[top],
             "gold_key": gold, "gold_match": None if gold is None else gold == keys[top], "top2_gap": gap,
             "near_tie": gap <= d1.NEAR_TIE}
 
@@ -93,10 +124,10 @@ def _facts(key: tuple[str, str], probs: list[float]) -> dict[str, Any]:
 @pytest.mark.parametrize("key", QUESTIONS, ids=[_label(k) for k in QUESTIONS])
 def test_row_ids(runs: Callable[..., Any], engine: Any, key: tuple[str, str], pytestconfig: pytest.Config,
                  receipt: Any) -> None:
-    """The engine's chat-template ids of the row equal rows.json's (the tokenizer-alone ids)."""
-    run = _run(runs, engine, key[0], pytestconfig).rows[key[1]]
-    receipt.update(row_len=len(run.ids), request_sha256=META[key[0]]["sha256"])
-    assert_ids_equal(run.ids, ROWS[key]["ids"], f"{_label(key)}: engine chat ids vs rows.json")
+    """The engine's chat-template ids of the row equal the pin's d1 rows's (the tokenizer-alone ids)."""
+    run = _row_run(runs, engine, key, pytestconfig)
+    receipt.update(row_len=len(run.ids), request_sha256=_view(engine.pin).meta[key[0]]["sha256"])
+    assert_ids_equal(run.ids, _row(engine.pin, key)["ids"], f"{_label(key)}: engine chat ids vs the pin's d1 rows")
 
 
 @pytest.mark.parametrize("key", QUESTIONS, ids=[_label(k) for k in QUESTIONS])
@@ -104,7 +135,7 @@ def test_logz(runs: Callable[..., Any], engine: Any, key: tuple[str, str], pytes
               receipt: Any) -> None:
     """The row's log-probabilities are log_softmax of its recorded slot logits, bit for bit, and
     within float32 rounding of a float64 log-softmax."""
-    run = _run(runs, engine, key[0], pytestconfig).rows[key[1]]
+    run = _row_run(runs, engine, key, pytestconfig)
     logits = as_f4(run.logits, f"{_label(key)}: slot logits [1, V]")
     assert logits.shape == (1, engine.vocab_size), f"{_label(key)}: slot logits shape {list(logits.shape)}"
     assert_bits_equal(run.logz, readout.log_softmax(logits[0]), f"{_label(key)}: logz vs log_softmax(logits)")
@@ -115,12 +146,12 @@ def test_logz(runs: Callable[..., Any], engine: Any, key: tuple[str, str], pytes
 @pytest.mark.parametrize("key", QUESTIONS, ids=[_label(k) for k in QUESTIONS])
 def test_readout(runs: Callable[..., Any], engine: Any, key: tuple[str, str], pytestconfig: pytest.Config,
                  receipt: Any) -> None:
-    """readout(logz) with rows.json's groups equals the row's probabilities bit for bit; the figures
+    """readout(logz) with the pin's d1 rows's groups equals the row's probabilities bit for bit; the figures
     (probabilities, argmax, gold agreement, top-2 gap, seconds) go to the receipt."""
-    run = _run(runs, engine, key[0], pytestconfig).rows[key[1]]
-    groups = ROWS[key]["readout_ids"]
+    run = _row_run(runs, engine, key, pytestconfig)
+    groups = _row(engine.pin, key)["readout_ids"]
     again = readout.group_probabilities(run.logz, groups)
-    receipt.update(_facts(key, run.probs), kind="d1-row", unit=key[1], engine=engine.id, ids=list(run.ids),
+    receipt.update(_facts(engine.pin, key, run.probs), kind="d1-row", unit=key[1], engine=engine.id, ids=list(run.ids),
                    seconds=round(run.seconds, 4), logz_groups=[[float(run.logz[i]) for i in g] for g in groups])
     receipt.array("slot_logits", run.logits)  # [1, V] float32: `oracles compare` holds a port's against the reference's
     assert len(run.probs) == len(groups), f"{_label(key)}: {len(run.probs)} probabilities for {len(groups)} groups"
@@ -132,7 +163,7 @@ def test_readout(runs: Callable[..., Any], engine: Any, key: tuple[str, str], py
 def test_head_rerun(runs: Callable[..., Any], engine: Any, key: tuple[str, str], pytestconfig: pytest.Config,
                     receipt: Any) -> None:
     """lm_head on the kept final-norm hidden row reproduces the kept slot logits row."""
-    run = _run(runs, engine, key[0], pytestconfig).rows[key[1]]
+    run = _row_run(runs, engine, key, pytestconfig)
     again = engine.lm_head(run.hidden)
     exact = diff(again, run.logits)
     receipt.update(bit_equal=exact.equal, mismatches=exact.mismatches, max_abs=exact.max_abs, atol=HEAD_RERUN_ATOL)
@@ -143,22 +174,26 @@ def test_head_rerun(runs: Callable[..., Any], engine: Any, key: tuple[str, str],
 def test_hidden_states(runs: Callable[..., Any], engine: Any, key: tuple[str, str], pytestconfig: pytest.Config,
                        receipt: Any) -> None:
     """The slot's final-norm hidden state is [1, D] and finite."""
-    run = _run(runs, engine, key[0], pytestconfig).rows[key[1]]
+    run = _row_run(runs, engine, key, pytestconfig)
     h = as_f4(run.hidden, f"{_label(key)}: final-norm hidden state at the slot")
     assert h.shape == (1, engine.hidden_size), f"{_label(key)}: hidden shape {list(h.shape)}"
     receipt.update(hidden=dict(fingerprint(h)), hidden_norm=float(np.linalg.norm(h.astype(np.float64))))
 
 
-@pytest.mark.parametrize("key", FULL, ids=[_label(k) for k in FULL])
-def test_full_hidden_states(runs: Callable[..., Any], engine: Any, key: tuple[str, str], pytestconfig: pytest.Config,
+@pytest.mark.parametrize("bucket", FULL_BUCKETS)
+def test_full_hidden_states(runs: Callable[..., Any], engine: Any, bucket: int, pytestconfig: pytest.Config,
                             receipt: Any) -> None:
-    """Every position of the row: hidden states [L, D] finite; lm_head on them reproduces the [L, V] logits."""
+    """The first question of the bucket's first request, every position: hidden states [L, D] finite;
+    lm_head on them reproduces the [L, V] logits."""
+    key = next((k for k in _full(engine.pin) if _view(engine.pin).meta[k[0]]["bucket"] == bucket), None)
+    if key is None:
+        pytest.skip(f"no d1 request falls in the {bucket}-token bucket on pin {engine.pin}'s tokenizer")
     full = _run(runs, engine, key[0], pytestconfig).full[key[1]]
-    n = ROWS[key]["row_len"]
+    n = _row(engine.pin, key)["row_len"]
     h = as_f4(full.hidden, f"{_label(key)}: final-norm hidden states [L, D]")
     assert h.shape == (n, engine.hidden_size), f"{_label(key)}: hidden shape {list(h.shape)}, want [{n}, D]"
     d = assert_within(engine.lm_head(h), full.logits, HEAD_RERUN_ATOL, f"{_label(key)}: lm_head(hidden [L, D]) vs logits")
-    kept = _run(runs, engine, key[0], pytestconfig).rows[key[1]]
+    kept = _row_run(runs, engine, key, pytestconfig)
     slot = diff(h[-1:], kept.hidden)
     receipt.update(hidden=dict(fingerprint(h)), head_bit_equal=d.equal, head_max_abs=d.max_abs,
                    last_row_vs_kept_max_abs=slot.max_abs, last_row_vs_kept_bit_equal=slot.equal)
@@ -166,25 +201,27 @@ def test_full_hidden_states(runs: Callable[..., Any], engine: Any, key: tuple[st
 
 @pytest.mark.parametrize("rid", TREES)
 def test_tree_split(runs: Callable[..., Any], engine: Any, rid: str, pytestconfig: pytest.Config, receipt: Any) -> None:
-    """The tree's recorded trunk and branches equal rows.json's split; trunk + branch is each row."""
+    """The tree's recorded trunk and branches equal the pin's d1 rows's split; trunk + branch is each row."""
+    meta = _tree_meta(engine.pin, rid)
     run = _run(runs, engine, rid, pytestconfig)
     tree = run.tree
     assert tree is not None, f"{rid}: a request with several questions ran no tree"
     rows_s = sum(r.seconds for r in run.rows.values())
-    receipt.update(engine=engine.id, trunk_len=len(tree.trunk), branch_lens=[len(b) for b in tree.branches], bucket=META[rid]["bucket"],
+    receipt.update(engine=engine.id, trunk_len=len(tree.trunk), branch_lens=[len(b) for b in tree.branches], bucket=meta["bucket"],
                    questions=len(tree.branches), tree_seconds=round(tree.seconds, 4), rows_seconds=round(rows_s, 4),
                    trunk_seconds=round(tree.trunk_seconds, 4), tree_over_rows=round(tree.seconds / rows_s, 4))
-    assert_ids_equal(tree.trunk, META[rid]["trunk"], f"{rid}: recorded trunk vs rows.json")
-    assert len(tree.branches) == len(META[rid]["branches"]), f"{rid}: {len(tree.branches)} branches recorded"
-    for qid, got, want in zip(META[rid]["questions"], tree.branches, META[rid]["branches"]):
-        assert_ids_equal(got, want, f"{rid}/{qid}: recorded branch vs rows.json")
-        assert_ids_equal(tree.trunk + got, ROWS[(rid, qid)]["ids"], f"{rid}/{qid}: trunk + branch vs the row")
+    assert_ids_equal(tree.trunk, meta["trunk"], f"{rid}: recorded trunk vs the pin's d1 rows")
+    assert len(tree.branches) == len(meta["branches"]), f"{rid}: {len(tree.branches)} branches recorded"
+    for qid, got, want in zip(meta["questions"], tree.branches, meta["branches"]):
+        assert_ids_equal(got, want, f"{rid}/{qid}: recorded branch vs the pin's d1 rows")
+        assert_ids_equal(tree.trunk + got, _row(engine.pin, (rid, qid))["ids"], f"{rid}/{qid}: trunk + branch vs the row")
 
 
 @pytest.mark.parametrize("rid", TREES)
 def test_tree_snapshot_intact(runs: Callable[..., Any], engine: Any, rid: str, pytestconfig: pytest.Config,
                               receipt: Any) -> None:
     """Restoring the trunk's snapshot for each branch leaves the snapshot itself unchanged."""
+    _tree_meta(engine.pin, rid)
     tree = _run(runs, engine, rid, pytestconfig).tree
     assert tree is not None
     receipt.update(digest=tree.digest_before)
@@ -196,14 +233,15 @@ def test_tree_snapshot_intact(runs: Callable[..., Any], engine: Any, rid: str, p
 def test_tree_readout(runs: Callable[..., Any], engine: Any, key: tuple[str, str], pytestconfig: pytest.Config,
                       receipt: Any) -> None:
     """The branch's logz is log_softmax of its slot logits, and readout of it is the tree's probabilities, bit for bit."""
+    _tree_meta(engine.pin, key[0]), _row(engine.pin, key)
     tree = _run(runs, engine, key[0], pytestconfig).tree
     assert tree is not None
-    k = META[key[0]]["questions"].index(key[1])
+    k = _tree_meta(engine.pin, key[0])["questions"].index(key[1])
     assert_bits_equal(tree.logz[k], readout.log_softmax(tree.logits[k][0]), f"{_label(key)}: tree logz vs log_softmax(logits)")
-    again = readout.group_probabilities(tree.logz[k], ROWS[key]["readout_ids"])
-    keys = ROWS[key]["keys"]
+    again = readout.group_probabilities(tree.logz[k], _row(engine.pin, key)["readout_ids"])
+    keys = _row(engine.pin, key)["keys"]
     receipt.update(kind="d1-tree", unit=key[1], record=key[0], qid=key[1], engine=engine.id,
-                   request_sha256=META[key[0]]["sha256"], ids=tree.trunk + tree.branches[k], keys=keys, probs=tree.probs[k],
+                   request_sha256=_view(engine.pin).meta[key[0]]["sha256"], ids=tree.trunk + tree.branches[k], keys=keys, probs=tree.probs[k],
                    argmax_key=keys[readout.argmax(tree.probs[k])], probs_tree=tree.probs[k],
                    seconds_branch=round(tree.branch_seconds[k], 4))
     receipt.array("slot_logits", tree.logits[k])  # [1, V] float32 at the branch's answer slot, for `oracles compare`
@@ -214,13 +252,14 @@ def test_tree_readout(runs: Callable[..., Any], engine: Any, key: tuple[str, str
 def test_tree_vs_row(runs: Callable[..., Any], engine: Any, key: tuple[str, str], pytestconfig: pytest.Config,
                      receipt: Any) -> None:
     """Tree and row probabilities of one question agree within TREE_ROW_DP_TOL (figure recorded)."""
+    _tree_meta(engine.pin, key[0]), _row(engine.pin, key)
     run = _run(runs, engine, key[0], pytestconfig)
     assert run.tree is not None
-    k = META[key[0]]["questions"].index(key[1])
+    k = _tree_meta(engine.pin, key[0])["questions"].index(key[1])
     row = run.rows[key[1]]
     dp = readout.max_abs_dp(run.tree.probs[k], row.probs)
     dl = diff(run.tree.logits[k], row.logits)
-    facts = _facts(key, run.tree.probs[k])
+    facts = _facts(engine.pin, key, run.tree.probs[k])
     receipt.update(engine=engine.id, max_abs_dp=dp, max_abs_dlogit=dl.max_abs, logits_bit_equal=dl.equal, tol=TREE_ROW_DP_TOL,
                    argmax_equal=readout.argmax(row.probs) == readout.argmax(run.tree.probs[k]),
                    gold_match_tree=facts["gold_match"], probs_tree=run.tree.probs[k], probs_row=row.probs)
@@ -232,15 +271,15 @@ def test_tree_vs_row(runs: Callable[..., Any], engine: Any, key: tuple[str, str]
 def test_determinism(runs: Callable[..., Any], engine: Any, key: tuple[str, str], pytestconfig: pytest.Config,
                      receipt: Any) -> None:
     """The first request's first row again, cold: logits, hidden state and probabilities bit for bit."""
-    first = _run(runs, engine, key[0], pytestconfig).rows[key[1]]
-    again = row_pass(engine, ROWS[key]["ids"], ROWS[key]["readout_ids"])
+    first = _row_run(runs, engine, key, pytestconfig)
+    again = row_pass(engine, _row(engine.pin, key)["ids"], _row(engine.pin, key)["readout_ids"])
     receipt.update(engine=engine.id, record=_label(key), probs=again.probs, seconds=round(again.seconds, 4))
     assert_bits_equal(again.logits, first.logits, f"{_label(key)}: slot logits, second run vs first")
     assert_bits_equal(again.hidden, first.hidden, f"{_label(key)}: slot hidden state, second run vs first")
     readout.assert_probs_equal(again.probs, first.probs, f"{_label(key)}: probabilities, second run vs first")
 
 
-#: (base record id, arm id): an arm's test runs with its base record's tests (conftest.record_group).
+#: (base record id, arm id): an arm's test runs with its base record's tests (oracles.groups.record_group).
 ARM_KEYS = [(a["base_id"], arm_id) for arm_id, a in ARMS.items()]
 
 
@@ -251,10 +290,10 @@ def test_red_arm(runs: Callable[..., Any], engine: Any, arm: tuple[str, str], py
     arm_id = arm[1]
     spec = ARMS[arm_id]
     base_key = (spec["base_id"], spec["question"])
-    base = _run(runs, engine, spec["base_id"], pytestconfig).rows[spec["question"]]
-    row = ARM_ROWS[arm_id]
-    arm_run = runs(("d1-arm", engine.id, arm_id), lambda: row_pass(engine, row["ids"], row["readout_ids"]))
-    assert row["keys"] == ROWS[base_key]["keys"], f"{arm_id}: keys {row['keys']} differ from the base's"
+    base = _row_run(runs, engine, base_key, pytestconfig)
+    row = _view(engine.pin).arm_rows[arm_id]
+    arm_run = runs(("d1-arm", engine.id, engine.pin, arm_id), lambda: row_pass(engine, row["ids"], row["readout_ids"]))
+    assert row["keys"] == _row(engine.pin, base_key)["keys"], f"{arm_id}: keys {row['keys']} differ from the base's"
     dp = readout.max_abs_dp(arm_run.probs, base.probs)
     keys = row["keys"]
     receipt.update(engine=engine.id, kind=spec["kind"], base=_label(base_key), max_abs_dp=dp, threshold=d1.RED_ARM_MIN,

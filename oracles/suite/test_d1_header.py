@@ -13,9 +13,17 @@ import pytest
 
 from oracles.checks.header import TORCH_TO_CODE, compare_to_model, tile_problems
 from oracles.errors import PinError
-from oracles.pins import DEFAULT_PIN, load_pin, safetensors_header
+from oracles.pins import load_pin, safetensors_header
 
 pytestmark = [pytest.mark.d1]
+
+
+def _weights(pin: str) -> str:
+    """The pin's one safetensors file (a sharded snapshot's headers are checked by ``verify_snapshot``)."""
+    files = sorted(load_pin(pin).safetensors_headers)
+    if len(files) != 1:
+        pytest.skip(f"pin {pin}: {len(files)} safetensors files; the header proofs read a single-file snapshot")
+    return files[0]
 
 
 def _proof(path: Path) -> tuple[list[str], dict[str, Any], dict[str, Any]]:
@@ -25,9 +33,9 @@ def _proof(path: Path) -> tuple[list[str], dict[str, Any], dict[str, Any]]:
 
 
 @pytest.mark.slow
-def test_header_tiles_file(verified_snapshot: Callable[[str], Path], receipt: Any) -> None:
+def test_header_tiles_file(verified_snapshot: Callable[[str], Path], pin: str, receipt: Any) -> None:
     """The snapshot's header parses; the data regions tile the buffer; 8 + N + last end == file size."""
-    path = verified_snapshot(DEFAULT_PIN) / "model.safetensors"
+    path = verified_snapshot(pin) / _weights(pin)
     problems, figures, header = _proof(path)
     receipt.update(figures, metadata=header.get("__metadata__"))
     assert not problems, f"{path}: {len(problems)} header problems; first: {problems[0]}"
@@ -36,27 +44,28 @@ def test_header_tiles_file(verified_snapshot: Callable[[str], Path], receipt: An
 
 
 @pytest.mark.slow
-def test_header_matches_meta_build(verified_snapshot: Callable[[str], Path], receipt: Any) -> None:
+def test_header_matches_meta_build(verified_snapshot: Callable[[str], Path], pin: str, receipt: Any) -> None:
     """Tensor names, dtypes and shapes equal a meta-device build of the pin's model class; the
     tied lm_head is reported tied (present in the model, absent from the file)."""
     import torch
     import transformers
 
-    root = verified_snapshot(DEFAULT_PIN)
-    pin = load_pin(DEFAULT_PIN)
+    root = verified_snapshot(pin)
+    weights = _weights(pin)
+    pin_file = load_pin(pin)
     config = transformers.AutoConfig.from_pretrained(root)
     with torch.device("meta"):
-        model = getattr(transformers, pin.model_class)(config)
+        model = getattr(transformers, pin_file.model_class)(config)
     model_tensors = {k: (TORCH_TO_CODE[str(v.dtype).removeprefix("torch.")], tuple(v.shape))
                      for k, v in model.state_dict().items()}
     out_w, in_w = model.get_output_embeddings().weight, model.get_input_embeddings().weight
     tied_now = out_w is in_w
     tied = {k: v for k, v in (getattr(model, "_tied_weights_keys", None) or {}).items()} if tied_now else {}
-    _, header, _ = safetensors_header(root / "model.safetensors")
+    _, header, _ = safetensors_header(root / weights)
     cmp = compare_to_model(header, model_tensors, tied)
     receipt.update(cmp, model_class=f"{type(model).__module__}.{type(model).__name__}", lm_head_tied=tied_now,
                    tie_word_embeddings=bool(getattr(config, "tie_word_embeddings", False)))
-    assert cmp["equal"], (f"header vs meta build of {pin.model_class}: missing in model {cmp['missing_in_model'][:3]}, "
+    assert cmp["equal"], (f"header vs meta build of {pin_file.model_class}: missing in model {cmp['missing_in_model'][:3]}, "
                           f"not in header {cmp['not_in_header'][:3]}, shapes {cmp['shape_differences'][:3]}, "
                           f"dtypes {cmp['dtype_differences'][:3]}, tied but stored {cmp['tied_in_header']}")
     assert tied_now == bool(config.tie_word_embeddings), f"lm_head tied {tied_now}, config says {config.tie_word_embeddings}"

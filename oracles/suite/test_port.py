@@ -27,8 +27,9 @@ PROMPTS = load_prompts()
 
 
 @pytest.fixture
-def port(engines: Callable[..., Any], port_id: str) -> Any:
-    return engines(port_id)
+def record(request: pytest.FixtureRequest, pin: str) -> PromptRecord:
+    """The record of this test's parameter bound to its pin (parametrized indirectly)."""
+    return request.param.bind(pin)
 
 
 def _held(what: str, ref_logits: Any, port_logits: Any, receipt: Any) -> dict[str, Any]:
@@ -39,7 +40,7 @@ def _held(what: str, ref_logits: Any, port_logits: Any, receipt: Any) -> dict[st
     return fig
 
 
-@pytest.mark.parametrize("record", PROMPTS, ids=[p.id for p in PROMPTS])
+@pytest.mark.parametrize("record", PROMPTS, ids=[p.id for p in PROMPTS], indirect=True)
 def test_prefill_vs_reference(runs: Callable[..., Any], reference: Any, port: Any, record: PromptRecord, receipt: Any) -> None:
     """Prompt records (test_forward's prefills): ids, then every row's logits within the fp32 thresholds."""
     ids = port.chat_ids(record.message_list)
@@ -49,7 +50,7 @@ def test_prefill_vs_reference(runs: Callable[..., Any], reference: Any, port: An
     _held(f"{record.id}: prefill logits, port {port.id} vs {reference.id}", ref.logits, got.logits, receipt)
 
 
-@pytest.mark.parametrize("record", ex.GENERATION, ids=[r.id for r in ex.GENERATION])
+@pytest.mark.parametrize("record", ex.GENERATION, ids=[r.id for r in ex.GENERATION], indirect=True)
 def test_decode_vs_reference(runs: Callable[..., Any], reference: Any, port: Any, record: PromptRecord, receipt: Any) -> None:
     """Greedy cache-continuation decode: same tokens; the cached step logits within the thresholds."""
     ref, got = ex.decode(runs, reference, record), ex.decode(runs, port, record)
@@ -61,7 +62,7 @@ def test_decode_vs_reference(runs: Callable[..., Any], reference: Any, port: Any
     assert_ids_equal(got.tokens, ref.tokens, f"{record.id}: port {port.id} greedy decode vs reference")
 
 
-@pytest.mark.parametrize("record", ex.GENERATION, ids=[r.id for r in ex.GENERATION])
+@pytest.mark.parametrize("record", ex.GENERATION, ids=[r.id for r in ex.GENERATION], indirect=True)
 def test_greedy_generation_vs_reference(runs: Callable[..., Any], reference: Any, port: Any, record: PromptRecord,
                                         receipt: Any) -> None:
     """Each library's greedy generation: same tokens (first divergent token recorded), same finish."""
@@ -74,7 +75,7 @@ def test_greedy_generation_vs_reference(runs: Callable[..., Any], reference: Any
     assert first is None, f"{record.id}: first divergent token at {first}: {ref.tokens[first:first + 3]} vs {got.tokens[first:first + 3]}"
 
 
-@pytest.mark.parametrize("record", ex.GENERATION, ids=[r.id for r in ex.GENERATION])
+@pytest.mark.parametrize("record", ex.GENERATION, ids=[r.id for r in ex.GENERATION], indirect=True)
 def test_sampled_generation_recorded(runs: Callable[..., Any], reference: Any, port: Any, record: PromptRecord,
                                      receipt: Any) -> None:
     """Sampled (0.6 / 0.95 / 20 / seed 0): the two libraries draw from different RNGs, so the tokens
@@ -87,7 +88,7 @@ def test_sampled_generation_recorded(runs: Callable[..., Any], reference: Any, p
     _held(f"{record.id}: sampled generation, first step logits", ref.step_logits[:1], got.step_logits[:1], receipt)
 
 
-@pytest.mark.parametrize("record", ex.GENERATION, ids=[r.id for r in ex.GENERATION])
+@pytest.mark.parametrize("record", ex.GENERATION, ids=[r.id for r in ex.GENERATION], indirect=True)
 def test_speculative_vs_reference(runs: Callable[..., Any], engines: Callable[..., Any], reference: Any, port: Any,
                                   record: PromptRecord, receipt: Any) -> None:
     """Draft/verify/commit with the twin draft: the port commits the reference's tokens."""
@@ -114,7 +115,7 @@ class NanPort:
 
 def test_nan_port_names_record_and_position(runs: Callable[..., Any], reference: Any, receipt: Any) -> None:
     """A port whose logits hold NaN fails with the record and the position (row) named."""
-    record = PROMPTS[0]
+    record = PROMPTS[0].bind(reference.pin)
     ref = ex.prefill(runs, reference, record)
     bad = NanPort(reference.vocab_size, position=5).forward(list(record.ids))
     with pytest.raises(AssertionError) as err:

@@ -20,8 +20,9 @@ DRAFTS = ["self", "twin"]
 
 
 @pytest.fixture(params=ex.GENERATION, ids=[r.id for r in ex.GENERATION])
-def record(request: pytest.FixtureRequest) -> PromptRecord:
-    return request.param
+def record(request: pytest.FixtureRequest, pin: str) -> PromptRecord:
+    """The generation record bound to this test's pin (its tokenizer's ids)."""
+    return request.param.bind(pin)
 
 
 @pytest.mark.parametrize("draft", DRAFTS)
@@ -82,7 +83,7 @@ def test_library_speculative_past_kv_window(runs: Callable[..., Any], engines: C
     keep=4): "arith" has 45 prompt ids and an 18-token answer, so the total (63) passes the 48-entry
     window after the 3rd token. Speculative (twin draft) must equal AR generation under the same window.
     An engine without a bounded cache raises Unsupported, which skips the test naming it."""
-    record = next(r for r in ex.GENERATION if r.id == "arith")
+    record = next(r for r in ex.GENERATION if r.id == "arith").bind(engine.pin)
     ar = ex.windowed_generate(runs, engine, record, ex.KV_WINDOW)
     spec = ex.library_speculative(runs, engines, engine, record, "twin", ex.KV_WINDOW)
     total = len(record.ids) + len(ar.tokens)

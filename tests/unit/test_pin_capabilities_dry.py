@@ -1,0 +1,54 @@
+"""What a pin's model cannot do is a skip with the reason, never a failure and never silent (dry)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from oracles.commands.records import build
+from oracles.engines.base import ContextTooShort, Engine, Unsupported, check_fits
+from oracles.pins import load_pin
+from oracles.records import TOKENIZER_COPIES
+
+pytestmark = pytest.mark.dry
+
+
+class Short(Engine):
+    id = "short"
+
+    def __init__(self) -> None:
+        super().__init__(Path("."), "tiny-context", 0)
+        self.max_context = 16
+
+
+def test_record_past_the_context_is_unsupported_naming_record_length_and_context() -> None:
+    with pytest.raises(ContextTooShort) as err:
+        check_fits(Short(), "readme", 1294)
+    message = str(err.value)
+    assert isinstance(err.value, Unsupported) and isinstance(err.value, ValueError)
+    assert "'readme' (1294 prompt tokens)" in message and "context of pin tiny-context is 16" in message, message
+    check_fits(Short(), "ping", 16)  # fits exactly: no refusal
+
+
+def test_tokens_of_a_tokenizer_without_chat_template_say_unsupported(tmp_path: Path) -> None:
+    pin = load_pin("smollm2-135m-instruct")
+    folder = tmp_path / "tok"
+    folder.mkdir()
+    shutil.copyfile(TOKENIZER_COPIES / pin.name / "tokenizer.json", folder / "tokenizer.json")
+    config = json.loads((TOKENIZER_COPIES / pin.name / "tokenizer_config.json").read_text())
+    config.pop("chat_template", None)
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    for family in ("mtplx", "d1"):
+        doc = build(family, pin, folder)
+        assert doc["unsupported"].startswith(f"pin {pin.name} has no chat template"), doc
+        assert doc["tokenizer_sha256"] == pin.tokenizer_sha256 and "ids" not in doc and "rows" not in doc
+
+
+def test_engine_without_chat_template_refuses_to_render() -> None:
+    engine = Short()
+    engine.tokenizer = type("T", (), {"chat_template": None})()
+    with pytest.raises(Unsupported, match=r"engine 'short' cannot render a chat: pin tiny-context has no chat template"):
+        engine.chat_ids([{"role": "user", "content": "x"}])
