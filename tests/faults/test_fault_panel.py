@@ -19,7 +19,7 @@ import pytest
 from oracles.faults import CONTROL, FAULTS
 from oracles.faults.detect import bisect_row, detect
 from oracles.faults.matrix import caught_by
-from oracles.settings import settings_of
+from oracles.state import settings_of
 
 pytestmark = [pytest.mark.faults, pytest.mark.port, pytest.mark.slow]
 

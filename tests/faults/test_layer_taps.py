@@ -24,14 +24,14 @@ pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
 def taps(runs: Callable[..., Any], engine: Any) -> Any:
     """The engine's taps of "ping", once per session (MLX: ~5 s here)."""
-    return runs(("taps", engine.id, engine.pin, PING.id), lambda: engine.taps(list(PING.ids)))
+    return runs(("taps", engine.id, engine.pin, PING.id), lambda: engine.taps(list(PING.bind(engine.pin).ids)))
 
 
 def test_taps_add_up(runs: Callable[..., Any], engine: Any, receipt: Any) -> None:
     """stream[l + 1] == (stream[l] + attn[l]) + mlp[l] in float32, bit for bit, for every layer: the
     taps are the two residual terms of each layer (not some other tensor of the same shape)."""
     t = taps(runs, engine)
-    n, positions = engine.num_layers, len(PING.ids)
+    n, positions = engine.num_layers, len(PING.bind(engine.pin).ids)
     assert t.stream.shape == (n + 1, positions, engine.hidden_size), f"{engine.id}: stream {t.stream.shape}"
     assert t.attn.shape == t.mlp.shape == (n, positions, engine.hidden_size), f"{engine.id}: attn {t.attn.shape}"
     receipt.update(engine=engine.id, mixers=sorted(set(t.mixers)), layers=n)
@@ -50,12 +50,11 @@ def test_stream_row_L_through_final_norm(runs: Callable[..., Any], engine: Any, 
 
 
 @pytest.mark.port
-def test_bisect_faithful_port(runs: Callable[..., Any], engines: Callable[..., Any], reference: Any, port_id: str,
-                              receipt: Any) -> None:
+def test_bisect_faithful_port(runs: Callable[..., Any], reference: Any, port: Any, receipt: Any) -> None:
     """A faithful port (mlx-lm against transformers) has no stage over its budget on "ping"; every
     stage's NMSE and its ratio to the calibrated noise floor are recorded."""
-    port = engines(port_id)
-    report = localise(_Cached(reference, taps(runs, reference)), _Cached(port, taps(runs, port)), list(PING.ids), PING.id)
+    report = localise(_Cached(reference, taps(runs, reference)), _Cached(port, taps(runs, port)),
+                      list(PING.bind(reference.pin).ids), PING.id)
     floors = [s["nmse"] / (FLOOR_AT_0 + FLOOR_PER_LAYER * s["depth"]) for s in report["stages"]]
     receipt.update(kind="bisect", pin=reference.pin, record=PING.id, reference=reference.id, port=port.id,
                    stages=report["stages"], divergent=report["divergent"], nmse_over_floor_max=max(floors))
