@@ -116,10 +116,13 @@ class RopeBaseDefault(Fault):
             return "the decoder has no rotary embedding with a rope_theta"
         if self._base(engine) == LIBRARY_ROPE_BASE:
             return f"its rotary base is the library default {LIBRARY_ROPE_BASE:g} already"
+        if not attention_layers(engine):
+            return "no softmax-attention layer reads the rotary embedding"
         return None
 
     def stage(self, engine: Any) -> str | None:
-        return "layer 0"
+        # the rotary phases are read by the attention layers only (the hybrid's linear layers have none)
+        return f"layer {attention_layers(engine)[0]}"
 
     @contextlib.contextmanager
     def applied(self, engine: Any) -> Iterator[None]:

@@ -17,7 +17,7 @@ import copy
 import sys
 from typing import Any, Iterator
 
-from oracles.faults.kinds import Fault, decoder
+from oracles.faults.kinds import Fault, attention_layers, decoder
 
 #: The variant's window. The panel's records pass it: "ping" 31 ids, "arith" 45, the d1 rows 62..80,
 #: the cohort's longest lane 24 + 8 steps; 24 keys leave the first 24 positions of every record
@@ -76,7 +76,7 @@ class WindowOffByOne(Fault):
         return None
 
     def stage(self, engine: Any) -> str | None:
-        return "layer 0"
+        return f"layer {attention_layers(engine)[0]}"
 
     @contextlib.contextmanager
     def applied(self, engine: Any) -> Iterator[None]:
