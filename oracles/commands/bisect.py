@@ -152,23 +152,25 @@ def _engine(engine_id: str, root: Path, pin: str, threads: int, reference: Any |
     if engine_id.startswith(FAULT_PREFIX):
         from oracles.faults import fault_port
 
-        try:
-            return fault_port(engine_id[len(FAULT_PREFIX):], reference)
-        except KeyError as exc:
-            raise OracleError(str(exc.args[0])) from None
+        return fault_port(engine_id[len(FAULT_PREFIX):], reference)
     from oracles.engines import engine_class
 
     return engine_class(engine_id)(root, pin, threads)
 
 
-def _ids(reference: Any, record: str) -> list[int]:
+def _record(record: str) -> Any:
+    """The prompt record ``record`` (mtplx prompts or generation), before any engine loads.
+
+    Raises:
+        OracleError: an unknown id (the known ones named).
+    """
     from oracles.families.execution import GENERATION
     from oracles.families.mtplx import load_prompts
 
     known = {r.id: r for r in [*load_prompts(), *GENERATION]}
     if record not in known:
         raise OracleError(f"unknown record {record!r}; known: {', '.join(sorted(known))}")
-    return reference.chat_ids(known[record].message_list)
+    return known[record]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -176,6 +178,13 @@ def run(args: argparse.Namespace) -> int:
     from oracles.pins import load_pin, snapshot_dir, verify_snapshot
     from oracles.receipts import dump_json, write_exclusive
 
+    record = _record(args.record)  # bad input is refused before minutes of loading
+    if args.port.startswith(FAULT_PREFIX):
+        from oracles.faults import CONTROL, FAULTS
+
+        name = args.port[len(FAULT_PREFIX):]
+        if name != CONTROL and name not in FAULTS:
+            raise OracleError(f"unknown fault {name!r}; known: {CONTROL}, {', '.join(FAULTS)}")
     pin = load_pin(args.pin)
     root = args.snapshot or snapshot_dir(pin)
     verify_snapshot(pin, root)
@@ -184,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
         port = _engine(args.port, root, pin.name, args.threads, reference)
     except Unsupported as exc:
         raise OracleError(str(exc)) from None
-    ids = _ids(reference, args.record)
+    ids = reference.chat_ids(record.message_list)  # the pin's own tokenizer and chat template
     # a fault port is held against the engine it wraps: the reference, or its variant (the windowed one)
     against = port.base if args.port.startswith(FAULT_PREFIX) else reference
     report = localise(against, port, ids, args.record)

@@ -142,3 +142,14 @@ def test_localise_names_the_engine_it_cannot_localise() -> None:
     report = localise(FakeEngine("ref", ref, "yes"), FakeEngine("fused", ref, "no"), [1], "rec")
     assert report["cannot_localise"] == {"engine": "fused", "why": "its runtime runs the layers fused"}
     assert report["stages"] == [] and "cannot localise: engine 'fused'" in table(report)[-1]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["bisect", "--port", "fault:nope"], "unknown fault 'nope'; known: faithful, rope_base_default"),
+    (["bisect", "--port", "mlx", "--record", "readmex"], "unknown record 'readmex'; known: arith, ping, readme"),
+])
+def test_cli_refuses_bad_input_before_loading(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from oracles.cli import main
+
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
