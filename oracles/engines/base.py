@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 import numpy as np
 
 if TYPE_CHECKING:
+    from oracles.engines.taps import Taps
     from oracles.pins import Pin
 
 
@@ -225,6 +226,16 @@ class Engine:
             Unsupported: images for a text-only engine; ``layers=True`` where the engine cannot tap them.
         """
         raise self._unsupported("forward")
+
+    def taps(self, prompt: Prompt | Sequence[int]) -> "Taps":
+        """A cold prefill of ``prompt`` with the residual stream and, inside every decoder layer, the
+        attention's and the MLP's outputs (:class:`oracles.engines.taps.Taps`), for ``oracles bisect``.
+
+        Raises:
+            Unsupported: the engine cannot tap inside its layers (bisect then localises by the
+                stream of ``forward(layers=True)`` alone, or names the engine it cannot localise).
+        """
+        raise self._unsupported("tap the attention and MLP outputs inside its layers")
 
     def lm_head(self, hidden: np.ndarray) -> np.ndarray:
         """``[T, D]`` final-norm hidden states -> ``[T, V]`` logits through the engine's own head."""

@@ -201,6 +201,12 @@ class MlxPort(MlxCohort):
             stream = stream[:, -keep:] if keep else stream
         return Step(logits=np.array(logits, dtype=np.float32), hidden=np.array(hidden, dtype=np.float32), layers=stream)
 
+    def taps(self, prompt: Prompt | Sequence[int]) -> Any:
+        """Layer taps by recorders standing in for each layer's attention and MLP (:func:`oracles.engines.taps.mlx_taps`)."""
+        from oracles.engines.taps import mlx_taps
+
+        return mlx_taps(self, self.text_ids(prompt))
+
     def _head(self, hidden: Any) -> Any:
         if self.tied:
             return self.model.model.embed_tokens.as_linear(hidden)

@@ -152,6 +152,12 @@ class TorchReference(TorchCohort):
             hidden = hidden[-keep:]
         return Step(logits=_to_f4(out.logits[0]), hidden=_to_f4(hidden), layers=stream)
 
+    def taps(self, prompt: Prompt | Sequence[int]) -> Any:
+        """Layer taps by forward hooks on each layer's attention and MLP (:func:`oracles.engines.taps.torch_taps`)."""
+        from oracles.engines.taps import torch_taps
+
+        return torch_taps(self, self.text_ids(prompt))
+
     @inference_mode
     def plain_logits(self, prompt: Prompt | Sequence[int]) -> np.ndarray:
         """``[T, V]`` float32 logits of a plain ``model(**inputs)`` call on a cold prompt (no cache,

@@ -64,6 +64,9 @@ FAMILIES: tuple[Family, ...] = (
            runs="clef", modality="vision", default_pins=("qwen35-vl-twin",)),
     Family("cohort", "decode cohort family: serial vs batched lanes bit-exact, every cache buffer, snapshot/restore",
            runs="cohort", per_engine=True, default_pins=TEXT_PINS),
+    Family("faults", "fault panel: ports with one injected fault each held to every family's checks, the "
+                     "detection matrix, and bisect naming the layer", runs="faults", port_scoped=False,
+           default_pins=TEXT_PINS, tokens="mtplx"),
     Family("port", "a port engine held against the reference, record by record", runs="mtplx", default_pins=TEXT_PINS,
            tokens="mtplx"),
 )
