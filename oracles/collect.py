@@ -89,6 +89,12 @@ def _none(settings: Settings, what: str) -> Any:
     return pytest.param(*values, marks=pytest.mark.skip(reason=f"{why}; see the report header"), id="none")
 
 
+def markers_of(item: pytest.Item) -> set[str]:
+    """The names of an item's markers. Not ``item.keywords``: those hold the names of its parent nodes
+    too, so a checkout in a folder named ``port`` or ``d1`` would put every test in that family."""
+    return {m.name for m in item.iter_markers()}
+
+
 def _ours(item: pytest.Item) -> bool:
     """A test of the shipped suite (its module lies inside the oracles package)."""
     return Path(str(item.path)).resolve().is_relative_to(PACKAGE)
@@ -101,7 +107,7 @@ def modify_items(config: pytest.Config, items: list[pytest.Item], settings: Sett
     runslow, gpu_reason = config.getoption("runslow"), None
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
-        group = record_group(item.keywords, params)
+        group = record_group(markers_of(item), params)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
         _gate_port(item, params, settings)
@@ -123,7 +129,7 @@ def modify_items(config: pytest.Config, items: list[pytest.Item], settings: Sett
 
 def _gate_port(item: pytest.Item, params: dict[str, Any], settings: Settings) -> None:
     """Skip a port engine's test of a record ``--port-records`` leaves out (the reference runs it)."""
-    family = family_of(item.keywords)
+    family = family_of(markers_of(item))
     if family is None or not family.port_scoped:
         return
     engine = params.get("port_id", params.get("engine_id"))

@@ -22,13 +22,13 @@ import pytest
 from oracles import collect
 from oracles.engines.base import Unsupported
 from oracles.errors import OracleError
-from oracles.families import FAMILIES, OTHER_MARKERS
+from oracles.families import FAMILIES, OTHER_MARKERS, family_of
 from oracles.pins import parse_snapshot_options
 from oracles.project import DEFAULTS, PINS_KEY, RECORDS_KEY, ProjectDirs, use_project
 from oracles.receipts import load_records, plain_nodeid
 from oracles.resume import check_resume_source, partial_header
 from oracles.settings import Settings, project_path
-from oracles.state import EVENTS_KEY, EnvironmentProbe, RunState, keep, settings_of, state_of
+from oracles.state import EVENTS_KEY, FAMILY_KEY, EnvironmentProbe, RunState, keep, settings_of, state_of
 
 pytest_plugins = ["oracles.fixtures"]
 
@@ -278,6 +278,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
     outcome = yield
     report = outcome.get_result()
     state = state_of(item.config)
+    if report.when == "setup" and (family := family_of(collect.markers_of(item))) is not None:
+        report.user_properties = [*report.user_properties, (FAMILY_KEY, family.name)]
     if state.pending_events:
         report.user_properties = [*report.user_properties, (EVENTS_KEY, list(state.pending_events))]
         state.pending_events.clear()
