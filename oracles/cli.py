@@ -1,4 +1,5 @@
-"""The ``oracles`` command: ``pin | materialize | records | receipts | compare | summarize``.
+"""The ``oracles`` command: ``pin | materialize | records | receipts | compare | summarize | survey | bisect |
+faults``.
 
 Each subcommand lives in its own module and is imported only when called, so ``oracles receipts``
 never imports torch. Pins and token ids are looked up in the project of the current folder (its
@@ -23,6 +24,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "receipts": ("oracles.commands.receipts", "list receipts, or print one's checks table"),
     "compare": ("oracles.commands.compare", "hold a port's receipt against a reference receipt, record by record"),
     "summarize": ("oracles.commands.summarize", "summarise a d1 receipt: gold agreement, near ties, red arms"),
+    "survey": ("oracles.commands.survey", "activation absmax per layer of a receipt's runs against the fp16 limit (JSON + PNG)"),
+    "bisect": ("oracles.commands.bisect", "name the first layer where a port leaves the reference on one record"),
+    "faults": ("oracles.commands.faults", "print the fault panel's detection matrix from a receipt"),
 }
 
 

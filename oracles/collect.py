@@ -48,8 +48,22 @@ def parametrize(metafunc: pytest.Metafunc, settings: Settings) -> None:
         values = [_param((p, e), f"{p}-{e}", family, p) for p, e in pairs]
         metafunc.parametrize(("pin", name), values or [_none(settings, name.removesuffix("_id"))], scope="session")
     elif "pin" in names:
-        values = [_param((p,), p, family, p) for p in settings.pins_for(family)]
+        pins = settings.pins_for(family)
+        if metafunc.definition.get_closest_marker("dry") is not None:
+            pins = one_per_tokenizer(pins)
+        values = [_param((p,), p, family, p) for p in pins]
         metafunc.parametrize("pin", values or [_none(settings, "pin")], scope="session")
+
+
+def one_per_tokenizer(pins: list[str]) -> list[str]:
+    """The first pin of each tokenizer: a dry test reads a pin's tokenizer and token ids only, and pins
+    with equal tokenizer files share both (SmolLM2 and its twins), so the same check is made once."""
+    from oracles.pins import load_pin
+
+    seen: dict[str, str] = {}
+    for name in pins:
+        seen.setdefault(load_pin(name).tokenizer_sha256, name)
+    return list(seen.values())
 
 
 def _param(values: tuple[str, ...], ident: str, family: Family | None, pin: str) -> Any:
@@ -89,6 +103,12 @@ def _none(settings: Settings, what: str) -> Any:
     return pytest.param(*values, marks=pytest.mark.skip(reason=f"{why}; see the report header"), id="none")
 
 
+def markers_of(item: pytest.Item) -> set[str]:
+    """The names of an item's markers. Not ``item.keywords``: those hold the names of its parent nodes
+    too, so a checkout in a folder named ``port`` or ``d1`` would put every test in that family."""
+    return {m.name for m in item.iter_markers()}
+
+
 def _ours(item: pytest.Item) -> bool:
     """A test of the shipped suite (its module lies inside the oracles package)."""
     return Path(str(item.path)).resolve().is_relative_to(PACKAGE)
@@ -103,7 +123,7 @@ def modify_items(config: pytest.Config, items: list[pytest.Item], settings: Sett
     grouped = config.pluginmanager.has_plugin("xdist")
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
-        group = record_group(item.keywords, params) if grouped else None
+        group = record_group(markers_of(item), params) if grouped else None
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
         _gate_port(item, params, settings)
@@ -125,7 +145,7 @@ def modify_items(config: pytest.Config, items: list[pytest.Item], settings: Sett
 
 def _gate_port(item: pytest.Item, params: dict[str, Any], settings: Settings) -> None:
     """Skip a port engine's test of a record ``--port-records`` leaves out (the reference runs it)."""
-    family = family_of(item.keywords)
+    family = family_of(markers_of(item))
     if family is None or not family.port_scoped:
         return
     engine = params.get("port_id", params.get("engine_id"))

@@ -8,7 +8,7 @@ unit holds:
 * execution kinds (``prefill``, ``decode``, ``generate-*``): one unit per record, ``unit`` the
   record's own ``unit`` field or ``""``; array ``last_logits`` (may be absent: an empty generation);
 * ``chat``: one unit per turn, ``unit`` = ``turn<n>``; array ``turn<n>_warm_logits``;
-* read-out kinds (:data:`READOUT_KINDS`, d1): one unit per question, ``unit`` = the question id,
+* read-out kinds (:data:`READOUT_KINDS`, d1 and clef): one unit per question, ``unit`` = the question id,
   with ``ids``, ``keys``, ``probs``, ``argmax_key`` and the array ``slot_logits`` ``[1, V]``, all
   required (a missing or malformed one is bad input).
 
@@ -32,8 +32,9 @@ from oracles.errors import ReceiptError
 
 #: Kinds whose tokens are greedy, so a divergent token is a failure (sampled ones are only recorded).
 GREEDY_KINDS = ("prefill", "decode", "generate-greedy", "chat")
-#: Kinds read out at one answer slot (d1): the row path and the tree path's branch of each question.
-READOUT_KINDS = ("d1-row", "d1-tree")
+#: Kinds read out at one answer slot: d1's row path and tree path's branch of each question, and clef's
+#: row of a question about pictures (``request_sha256`` names the record in one arm).
+READOUT_KINDS = ("d1-row", "d1-tree", "clef-row")
 
 Key = tuple[str, str, str]
 

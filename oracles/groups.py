@@ -20,7 +20,8 @@ RECORD_PARAMS = ("record", "prompt", "key", "rid", "arm")
 
 def record_group(markers: Container[str], params: Mapping[str, Any]) -> str | None:
     """``"<runs namespace>:<pin>:<record id>"`` for an oracle test (``<pin>:`` when it has a ``pin``
-    parameter; the namespace is its family's :attr:`~oracles.families.Family.runs`), the namespace
+    parameter, then ``<engine>:`` for a family whose runs are made per engine; the namespace is its
+    family's :attr:`~oracles.families.Family.runs`), the namespace
     (and pin) alone when it has no record parameter, ``None`` for a test of no oracle family (unit tests
     go wherever a worker is free).
 
@@ -30,6 +31,8 @@ def record_group(markers: Container[str], params: Mapping[str, Any]) -> str | No
     if family is None:
         return None
     namespace = family.runs + (f":{params['pin']}" if isinstance(params.get("pin"), str) else "")
+    if family.per_engine and isinstance(params.get("engine_id"), str):
+        namespace += f":{params['engine_id']}"
     for name in RECORD_PARAMS:
         if name in params:
             value = params[name]

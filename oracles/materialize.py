@@ -121,9 +121,11 @@ def materialize(pin: Pin, dest: Path | None = None, *, write_pin: bool = False) 
 
 
 #: twin:NAME -> (builder module with ``build(seed, out, tokenizer_root) -> class name``, the pin
-#: whose verified snapshot lends its tokenizer files).
-TWINS: dict[str, tuple[str, str]] = {
+#: whose verified snapshot lends its tokenizer files, or None for a twin that trains its own).
+TWINS: dict[str, tuple[str, str | None]] = {
     "llama-draft": ("oracles.twins.draft", "smollm2-135m-instruct"),
+    "qwen35-hybrid": ("oracles.twins.hybrid", "smollm2-135m-instruct"),
+    "qwen35-vl": ("oracles.twins.qwen35_vl", None),
 }
 
 
@@ -144,9 +146,11 @@ def _twin_builder(pin: Pin, parts: dict[str, str | None]) -> Any:
     if not seed.isdigit():
         raise PinError(f"{pin.path}: source {pin.source!r}: SEED must be a non-negative integer")
     module, lender = TWINS[name]
+    builder = importlib.import_module(module).build
+    if lender is None:
+        return lambda out: builder(int(seed), out, None)
     lender_pin = load_pin(lender)
     verify_snapshot(lender_pin, snapshot_dir(lender_pin))
-    builder = importlib.import_module(module).build
     return lambda out: builder(int(seed), out, snapshot_dir(lender_pin))
 
 

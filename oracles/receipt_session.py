@@ -79,7 +79,7 @@ class ReceiptSession:
             return
         if state.receipt is None:
             return
-        from oracles.report import format_checks
+        from oracles.report import format_benchmarks, format_checks
 
         tr.write_sep("=", "oracles receipt")
         tr.write_line(f"receipt: {state.receipt_path}")
@@ -93,6 +93,8 @@ class ReceiptSession:
             note = " (a partial log records no pins: not checked)" if state.resume_unchecked else ""
             tr.write_line(f"resumed: {resumed} tests carried over as passed from {state.resume_path}{note}")
         for line in format_checks(state.receipt["checks"], state.receipt["all_ok"]):
+            tr.write_line(line)
+        for line in format_benchmarks(state.receipt["tests"]):
             tr.write_line(line)
 
 

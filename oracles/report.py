@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 
 def format_checks(checks: Mapping[str, Mapping[str, Any]], all_ok: bool) -> list[str]:
@@ -14,4 +14,30 @@ def format_checks(checks: Mapping[str, Mapping[str, Any]], all_ok: bool) -> list
         failed = ", ".join(row["failed"][:6]) + (f" (+{len(row['failed']) - 6})" if len(row["failed"]) > 6 else "")
         lines.append(f"{name:<{width}}  {str(row.get('family') or ''):<10}  {ok:<5}  {row['passed']:>6}  {row['skipped']:>7}  {failed}")
     lines.append(f"all_ok: {all_ok}")
+    return lines
+
+
+def format_benchmarks(tests: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The cohort benchmark sections of a receipt's tests (data key ``cohort_benchmark``) as a table:
+    pin, engine, threads, medians of the paired protocol, its speedup with the interquartile range of
+    the paired ratios, the conditioned speedup and its even/odd strata, and whether ``/proc`` saw swap
+    or major faults in the window. Empty when no test attached one."""
+    rows = [t["data"]["cohort_benchmark"] for t in tests if isinstance(t.get("data"), Mapping)
+            and isinstance(t["data"].get("cohort_benchmark"), Mapping)]
+    if not rows:
+        return []
+    head = ("pin", "engine", "thr", "serial ms", "cohort ms", "speedup", "ratio IQR", "cond.", "even/odd", "disturbed")
+    table = [head]
+    for b in rows:
+        p, c = b["paired"], b["conditioned"]
+        disturbed = b.get("vm_window", {}).get("disturbed")
+        table.append((str(b["pin"]), str(b["engine"]), str(b.get("threads") or "-"), f"{p['serial_median_ms']:.2f}",
+                      f"{p['cohort_median_ms']:.2f}", f"{p['speedup']:.3f}x",
+                      f"{p['paired_ratio_iqr'][0]:.3f}-{p['paired_ratio_iqr'][1]:.3f}", f"{c['speedup']:.3f}x",
+                      f"{c['even_speedup']:.3f}/{c['odd_speedup']:.3f}", {None: "n/a", True: "YES", False: "no"}[disturbed]))
+    widths = [max(len(r[i]) for r in table) for i in range(len(head))]
+    lines = [f"cohort benchmark: serial (B one-token forwards) vs cohort (one B-lane decode) at the anchor, "
+             f"{rows[0]['pairs']} alternating pairs a protocol, medians"]
+    lines += ["  ".join(cell.ljust(w) if i < 3 else cell.rjust(w) for i, (cell, w) in enumerate(zip(r, widths)))
+              for r in table]
     return lines

@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any, Sequence
 import pytest
 
 from oracles.errors import OracleError
-from oracles.families import family_of
 from oracles.receipts import (
     SCHEMA_VERSION,
     PartialLog,
@@ -46,6 +45,7 @@ if TYPE_CHECKING:
 #: The user_properties keys this plugin uses on reports.
 DATA_KEY = "oracles.data"
 EVENTS_KEY = "oracles.events"
+FAMILY_KEY = "oracles.family"  # the family of a test, from its marker names (oracles.collect.markers_of)
 TIMEOUT_MARK = "Timeout (>"  # pytest-timeout's failure text: "Failed: Timeout (>Ns) from pytest-timeout."
 
 VERSIONED = ("python", "numpy", "torch", "transformers", "tokenizers", "safetensors", "mlx", "mlx-lm",
@@ -240,14 +240,14 @@ class RunState:
 
     def _record(self, nodeid: str, reports: list[Any]) -> TestRecord:
         check, record_id = split_nodeid(nodeid)
-        keywords = getattr(reports[-1], "keywords", {}) or {}
-        found = family_of(keywords)
-        family = found.name if found is not None else "unit"
+        family = "unit"
         data: dict[str, Any] = {}
         for rep in reports:
             for name, value in getattr(rep, "user_properties", ()):
                 if name == DATA_KEY:
                     data = value
+                elif name == FAMILY_KEY:
+                    family = value
         outcome, summary = "passed", None
         for rep in reports:
             if rep.when == "???":

@@ -17,133 +17,18 @@ the registry can ask :meth:`Engine.unavailable_reason` without loading torch or 
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
 import numpy as np
 
 if TYPE_CHECKING:
+    from oracles.engines.taps import Taps
     from oracles.pins import Pin
 
 
-class Unsupported(NotImplementedError):
-    """An engine lacks a capability a check needs; the plugin reports the test as skipped with
-    ``"engine E cannot CAPABILITY: why"`` (a check that cannot run is never a pass)."""
-
-    def __init__(self, engine: str, capability: str, why: str = "") -> None:
-        self.engine, self.capability, self.why = engine, capability, why
-        super().__init__(f"engine {engine!r} cannot {capability}" + (f": {why}" if why else ""))
-
-
-class ContextTooShort(Unsupported, ValueError):
-    """A record does not fit the pin's context (``max_position_embeddings``): the model cannot run it,
-    so its tests skip naming record, length and context; still a ValueError to a caller that asked."""
-
-
-@dataclass(frozen=True)
-class Prompt:
-    """What a forward reads: token ids and, for a vision-language model, the pictures its
-    placeholders stand for, in the order the placeholders appear.
-
-    images: PIL images or ``uint8`` arrays ``[H, W, 3]``; videos: each a sequence of such frames.
-    """
-
-    ids: tuple[int, ...]
-    images: tuple[Any, ...] = ()
-    videos: tuple[tuple[Any, ...], ...] = ()
-
-    @property
-    def has_media(self) -> bool:
-        return bool(self.images or self.videos)
-
-
-def as_prompt(prompt: Prompt | Sequence[int]) -> Prompt:
-    """A :class:`Prompt` from a Prompt or a plain sequence of token ids (ints)."""
-    if isinstance(prompt, Prompt):
-        return prompt
-    return Prompt(tuple(int(i) for i in prompt))
-
-
-@dataclass
-class Step:
-    """One forward over ``T`` new tokens (the last ``keep`` when ``keep > 0``).
-
-    logits: ``[T, V]`` float32, the LM head's output for each position.
-    hidden: ``[T, D]`` float32, the final-norm hidden states the head read.
-    layers: ``[L + 1, T, D]`` float32 or None: the residual stream after the embedding (row 0) and
-        after each of the ``L`` decoder layers, before the final norm (``forward(layers=True)``).
-    positions: ``[3, T]`` int64 or None: the rotary position planes (temporal, height, width) the
-        text model received, where the engine uses M-RoPE.
-    """
-
-    logits: np.ndarray
-    hidden: np.ndarray
-    layers: np.ndarray | None = None
-    positions: np.ndarray | None = None
-
-
-@dataclass(frozen=True)
-class Sampler:
-    """Sampling settings; ``temperature == 0`` means greedy (argmax, lowest id on ties)."""
-
-    temperature: float = 0.0
-    top_p: float = 1.0
-    top_k: int = 0
-    seed: int = 0
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0.0
-
-    def to_json(self) -> dict[str, Any]:
-        return {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k, "seed": self.seed}
-
-
-@dataclass
-class Generation:
-    """A generation from a prompt.
-
-    tokens: generated ids, the stop token included when ``finish_reason == "stop"``.
-    step_logits: ``[N, V]`` float32, the logits each generated token was chosen from (raw, before
-        temperature), one row per generated token.
-    prefill_seconds / decode_seconds: wall seconds of the prompt forward and of the rest.
-    """
-
-    tokens: list[int]
-    text: str
-    finish_reason: str  # "stop" | "length"
-    step_logits: np.ndarray
-    prefill_seconds: float
-    decode_seconds: float
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def decode_tokens_per_second(self) -> float:
-        n = max(len(self.tokens) - 1, 0)
-        return n / self.decode_seconds if self.decode_seconds > 0 else 0.0
-
-
-def hub_offline() -> None:
-    """Forbid hub downloads before a framework library is imported: ``HF_HUB_OFFLINE=1`` and
-    ``TRANSFORMERS_OFFLINE=1`` (huggingface_hub reads them once, at import). Called by each engine's
-    loader and by the snapshot builders, never at plugin import: a project that did not ask for
-    pytest-oracles keeps its environment."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-
-
-def digest_buffers(buffers: dict[str, np.ndarray]) -> str:
-    """sha256 over ``buffers`` in their order: each name, its shape as JSON, its ``<f4`` bytes."""
-    h = hashlib.sha256()
-    for name, a in buffers.items():
-        arr = np.ascontiguousarray(a, dtype="<f4")
-        h.update(name.encode() + b"\0" + json.dumps(list(arr.shape)).encode())
-        h.update(arr.tobytes())
-    return h.hexdigest()
+from oracles.engines.types import (ContextTooShort, Generation, Prompt, Sampler, Step, Unsupported,  # noqa: F401
+                                   as_prompt, digest_buffers, hub_offline)
 
 
 class Engine:
@@ -226,6 +111,16 @@ class Engine:
         """
         raise self._unsupported("forward")
 
+    def taps(self, prompt: Prompt | Sequence[int]) -> "Taps":
+        """A cold prefill of ``prompt`` with the residual stream and, inside every decoder layer, the
+        attention's and the MLP's outputs (:class:`oracles.engines.taps.Taps`), for ``oracles bisect``.
+
+        Raises:
+            Unsupported: the engine cannot tap inside its layers (bisect then localises by the
+                stream of ``forward(layers=True)`` alone, or names the engine it cannot localise).
+        """
+        raise self._unsupported("tap the attention and MLP outputs inside its layers")
+
     def lm_head(self, hidden: np.ndarray) -> np.ndarray:
         """``[T, D]`` final-norm hidden states -> ``[T, V]`` logits through the engine's own head."""
         raise self._unsupported("re-run its LM head")
@@ -289,6 +184,40 @@ class Engine:
         """A live cache's buffers, as :meth:`snapshot_buffers` names them (a copy)."""
         return self.snapshot_buffers(self.snapshot(cache))
 
+    def cache_views(self, cache: Any) -> dict[str, np.ndarray]:
+        """:meth:`cache_buffers` for a comparison made at once: read-only views without a copy where the
+        framework allows, valid until the next forward or cohort step on ``cache``. Default: a copy."""
+        return self.cache_buffers(cache)
+
+    def cache_capacity(self, cache: Any) -> int:
+        """Positions ``cache``'s buffers hold before an update reallocates them (its length where every
+        update does)."""
+        raise self._unsupported("measure a cache's capacity")
+
+    def grow(self, cache: Any, capacity: int) -> Any:
+        """A new live cache holding what ``cache`` holds, whose buffers hold at least ``capacity``
+        positions before reallocating (each adapter says what a capacity is); ``cache`` is untouched.
+        Raises ValueError for a ``capacity`` below the cache's length."""
+        raise self._unsupported("grow a cache to a larger capacity")
+
+    def resident_bytes(self, obj: Any) -> int:
+        """Bytes a live cache or a snapshot holds allocated, spare capacity included."""
+        raise self._unsupported("count a cache's resident bytes")
+
+    def weight_bytes(self) -> int:
+        """Bytes of the loaded parameters (a tied tensor once)."""
+        raise self._unsupported("count its weights' bytes")
+
+    def counters(self) -> dict[str, float]:
+        """The framework's own running counters (calls, evaluations, memory); ``{}`` where it keeps none."""
+        return {}
+
+    def batch_variance(self) -> str | None:
+        """None when :meth:`decode_cohort` gives each lane the bits a serial one-token :meth:`forward`
+        gives; otherwise why not, with measured figures (the cohort family's bit-exact serial-vs-cohort
+        tests are then strict xfails with this reason; row isolation must still hold bit for bit)."""
+        return None
+
     # -- batched decode --------------------------------------------------------------------
     def decode_cohort(self, tokens: Sequence[int], caches: Sequence[Any]) -> Step:
         """Advance ``B`` lanes by one token each in one batched forward of the framework.
@@ -330,6 +259,19 @@ class Engine:
             Unsupported: the library has no speculative generation for this model or cache.
         """
         raise self._unsupported("run its library's speculative generation")
+
+    def speculative_refusal(self) -> str | None:
+        """The library's own refusal of :meth:`speculative` on this model (its error message, quoted
+        with the library's name and version), or None where the library runs it. Asked before the run,
+        so a test can expect the refusal (a strict xfail) instead of deciding by engine id; computed
+        with the library's own check, before any forward."""
+        return None
+
+    def known_gap(self, oracle: str) -> str | None:
+        """A measured failure of this engine's library on ``oracle`` (a name its test gives, e.g.
+        ``"speculative past a KV window"``): the figure and the cause, which that test expects as a
+        strict xfail, so a fixed library fails it and the note is removed; None where none is known."""
+        return None
 
 
 def check_forward_length(engine: Engine, cached: int, new: int) -> None:

@@ -28,8 +28,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from oracles.engines.base import (Engine, Generation, Prompt, Sampler, Step, check_cohort,
-                                  check_forward_length, hub_offline)
+from oracles.engines import mlx_hybrid
+from oracles.engines.base import Engine, Generation, Prompt, Sampler, Step, check_forward_length, hub_offline
+from oracles.engines.mlx_cohort import MlxCohort
 
 
 class _LazyModule:
@@ -76,7 +77,7 @@ class _LayerTap:
         return getattr(self._layer, attr)
 
 
-class MlxPort(Engine):
+class MlxPort(MlxCohort):
     """mlx-lm model and tokenizer from a verified snapshot, float32, MLX default device.
 
     Args:
@@ -129,8 +130,17 @@ class MlxPort(Engine):
 
     def config_overrides(self, config: dict[str, Any]) -> dict[str, Any]:
         """The ``model_config`` entries mlx-lm needs to read ``config`` as transformers does (recorded
-        in :meth:`describe`): the RoPE base of ``rope_parameters`` (:func:`rope_overrides`)."""
-        return rope_overrides(config)
+        in :meth:`describe`): a text-only Qwen3.5 as mlx-lm's ``qwen3_5`` with its layer placement
+        (:func:`oracles.engines.mlx_hybrid.overrides`), else the RoPE base of ``rope_parameters``
+        (:func:`rope_overrides`).
+
+        Raises:
+            Unsupported: a placement of full attention mlx-lm cannot express (its tests skip, naming it).
+        """
+        if why := mlx_hybrid.unsupported_reason(config):
+            raise self._unsupported("load this snapshot", why)
+        hybrid = mlx_hybrid.overrides(config)
+        return rope_overrides(config) if hybrid is None else hybrid
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "model_class": f"mlx_lm.models.{self.model.model_type}.Model",
@@ -140,11 +150,24 @@ class MlxPort(Engine):
 
     # -- forward and cache --------------------------------------------------------------------
     def make_cache(self, max_kv_size: int | None = None) -> list[Any]:
-        """mlx-lm's prompt cache (the model's own ``make_cache`` where it has one: ``KVCache`` per
-        attention layer, ``ArraysCache`` per recurrent layer), or ``RotatingKVCache(max_kv_size, keep=4)``."""
-        from mlx_lm.models.cache import make_prompt_cache
+        """mlx-lm's prompt cache (``KVCache`` per attention layer, ``ArraysCache`` per recurrent one);
+        with ``max_kv_size``, a ``RotatingKVCache(max_kv_size, keep=4)`` per layer, built here because
+        ``make_prompt_cache`` ignores ``max_kv_size`` for a model with its own ``make_cache`` (Llama too).
 
-        return make_prompt_cache(self.model, max_kv_size=max_kv_size)
+        Raises:
+            Unsupported: ``max_kv_size`` for a model whose cache has layers other than ``KVCache``
+                (recurrent state, an own sliding window), which a rotating window cannot stand in for.
+        """
+        from mlx_lm.models.cache import KVCache, RotatingKVCache, make_prompt_cache
+
+        cache = make_prompt_cache(self.model)
+        if max_kv_size is None:
+            return cache
+        odd = sorted({type(c).__name__ for c in cache if type(c) is not KVCache})
+        if odd:
+            raise self._unsupported("bound its KV cache (max_kv_size)", f"its {odd} cache layers cannot be "
+                                    "replaced by a rotating window")
+        return [RotatingKVCache(max_size=max_kv_size, keep=4) for _ in cache]
 
     def cache_length(self, cache: Any) -> int:
         return next((int(c.offset) for c in cache or [] if hasattr(c, "offset")), 0)
@@ -178,6 +201,12 @@ class MlxPort(Engine):
             stream = stream[:, -keep:] if keep else stream
         return Step(logits=np.array(logits, dtype=np.float32), hidden=np.array(hidden, dtype=np.float32), layers=stream)
 
+    def taps(self, prompt: Prompt | Sequence[int]) -> Any:
+        """Layer taps by recorders standing in for each layer's attention and MLP (:func:`oracles.engines.taps.mlx_taps`)."""
+        from oracles.engines.taps import mlx_taps
+
+        return mlx_taps(self, self.text_ids(prompt))
+
     def _head(self, hidden: Any) -> Any:
         if self.tied:
             return self.model.model.embed_tokens.as_linear(hidden)
@@ -193,41 +222,6 @@ class MlxPort(Engine):
         out = self.model.model.norm(mx.array(np.ascontiguousarray(residual, dtype=np.float32)))
         mx.eval(out)
         return np.array(out, dtype=np.float32)
-
-    def decode_cohort(self, tokens: Sequence[int], caches: Sequence[Any]) -> Step:
-        """One token for each of ``B`` lanes in one batched mlx-lm forward (contract:
-        :meth:`oracles.engines.base.Engine.decode_cohort`).
-
-        mlx-lm's own batching, as its ``batch_generate`` does it: per layer, ``KVCache.merge`` of the
-        lanes' caches gives a ``BatchKVCache`` (keys left-padded to the longest lane, per-lane offsets
-        that the rotary embedding and ``BatchKVCache.make_mask`` read); the model runs the ``[B, 1]``
-        tokens through it; ``BatchKVCache.extract(b)`` then gives lane ``b``'s keys/values without the
-        padding, which replace the contents of lane ``b``'s own ``KVCache`` objects (keys, values,
-        offset), so each lane's cache object stays live for :meth:`forward`.
-
-        Raises:
-            ValueError: see :func:`oracles.engines.base.check_cohort`.
-            Unsupported: a lane's layer is not a plain ``KVCache`` (a rotating window, recurrent state).
-        """
-        from mlx_lm.models.cache import KVCache
-
-        check_cohort(self, tokens, caches)
-        for b, lane in enumerate(caches):
-            odd = {type(c).__name__ for c in lane if type(c) is not KVCache}
-            if odd:
-                raise self._unsupported("decode a cohort of these caches", f"lane {b} has {sorted(odd)} layers; "
-                                        "only KVCache is merged")
-        batch = [KVCache.merge([lane[layer] for lane in caches]) for layer in range(len(caches[0]))]
-        x = mx.array([[int(t)] for t in tokens], dtype=mx.int32)
-        hidden = self.model.model(x, batch)[:, -1]
-        logits = self._head(hidden)
-        mx.eval(hidden, logits)
-        for layer, merged in enumerate(batch):
-            for b, lane in enumerate(caches):
-                part = merged.extract(b)
-                mx.eval(part.keys, part.values)
-                lane[layer].keys, lane[layer].values, lane[layer].offset = part.keys, part.values, part.offset
-        return Step(logits=np.array(logits, dtype=np.float32), hidden=np.array(hidden, dtype=np.float32))
 
     def is_trimmable(self, cache: Any) -> bool:
         """mlx-lm's own answer (``can_trim_prompt_cache``): every layer's ``is_trimmable()``; False for
@@ -315,7 +309,8 @@ class MlxPort(Engine):
             return logits
 
         steps = generate_step(mx.array(self.text_ids(prompt), dtype=mx.int32), self.model, max_tokens=max_new_tokens,
-                              sampler=self._sampler(sampler), logits_processors=[capture], max_kv_size=max_kv_size)
+                              sampler=self._sampler(sampler), logits_processors=[capture],
+                              prompt_cache=None if max_kv_size is None else self.make_cache(max_kv_size))
         return self._collect(steps, raw, extra={"max_kv_size": max_kv_size})
 
     def speculative(self, prompt: Prompt | Sequence[int], draft: Engine, num_draft: int, max_new_tokens: int,
@@ -338,6 +333,12 @@ class MlxPort(Engine):
                                           sampler=self._sampler(Sampler()), prompt_cache=cache)
         return self._collect(((t, lp) for t, lp, _d in _note_drafts(steps, flags)), [],
                              extra={"from_draft": flags, "num_draft": num_draft, "max_kv_size": max_kv_size})
+
+    def speculative_refusal(self) -> str | None:
+        return mlx_hybrid.speculative_refusal(self.model)
+
+    def known_gap(self, oracle: str) -> str | None:
+        return mlx_hybrid.KNOWN_GAPS.get(oracle)
 
     def _collect(self, steps: Any, raw: list[Any], extra: dict[str, Any]) -> Generation:
         tokens: list[int] = []

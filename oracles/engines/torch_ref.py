@@ -18,8 +18,8 @@ from typing import Any, Callable, Sequence, TypeVar
 
 import numpy as np
 
-from oracles.engines.base import (Engine, Generation, Prompt, Sampler, Step, check_cohort, check_forward_length,
-                                  hub_offline)
+from oracles.engines.base import Engine, Generation, Prompt, Sampler, Step, check_forward_length, hub_offline
+from oracles.engines.torch_cohort import TorchCohort
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -47,7 +47,7 @@ def _tensor_out(output: Any) -> Any:
     return output[0] if isinstance(output, tuple) else output
 
 
-class TorchReference(Engine):
+class TorchReference(TorchCohort):
     """transformers ``AutoModelForCausalLM`` from a verified snapshot, float32 on :attr:`device`.
 
     Args:
@@ -78,26 +78,30 @@ class TorchReference(Engine):
 
     @classmethod
     def unsupported_pin(cls, pin: Any) -> str | None:
-        if pin.modality != "text":
-            return f"this adapter loads text models (AutoModelForCausalLM); pin {pin.name} is {pin.model_class}"
+        from oracles.engines.torch_vision import VISION_CLASSES
+
+        if pin.modality != "text" and pin.model_class not in VISION_CLASSES:
+            return (f"this adapter loads text models and the vision-language classes {', '.join(VISION_CLASSES)}; "
+                    f"pin {pin.name} is {pin.model_class}")
         return None
 
     def __init__(self, root: Path, pin: str, threads: int = 0, device: str | None = None) -> None:
         super().__init__(root, pin, threads)
         hub_offline()
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoTokenizer
 
         from oracles.engines.torch_cuda import strict_float32
+        from oracles.engines.torch_vision import VisionPath, is_vision_config, model_class
 
         self.device = device or type(self).device
         self._device_facts = strict_float32(self.device)  # TF32 off before any CUDA matmul
         if threads > 0:
             torch.set_num_threads(threads)
         self.tokenizer = AutoTokenizer.from_pretrained(self.root)
-        self.model = AutoModelForCausalLM.from_pretrained(self.root, dtype=torch.float32,
-                                                          device_map=self.device).eval()
-        cfg = self.model.config
+        self.model = model_class(self.root).from_pretrained(self.root, dtype=torch.float32,
+                                                            device_map=self.device).eval()
+        cfg = self.model.config.get_text_config()  # a VL config holds the text model's under text_config
         self.vocab_size = int(cfg.vocab_size)
         self.hidden_size = int(cfg.hidden_size)
         self.num_layers = int(cfg.num_hidden_layers)
@@ -111,6 +115,7 @@ class TorchReference(Engine):
         self._decoder.embed_tokens.register_forward_hook(self._tap_layer)
         for layer in self._decoder.layers:
             layer.register_forward_hook(self._tap_layer)
+        self._vision = VisionPath(self) if is_vision_config(self.root) else None  # images and video
 
     def _tap_layer(self, _module: Any, _inputs: Any, output: Any) -> None:
         if self._layer_rows is not None:
@@ -139,6 +144,8 @@ class TorchReference(Engine):
     @inference_mode
     def forward(self, prompt: Prompt | Sequence[int], cache: Any | None = None, keep: int = 0,
                 layers: bool = False) -> Step:
+        if self._vision is not None:
+            return self._vision.forward(prompt, cache, keep, layers)
         ids = self.text_ids(prompt)
         check_forward_length(self, self.cache_length(cache), len(ids))
         self._captured.clear()
@@ -157,6 +164,23 @@ class TorchReference(Engine):
         if keep:
             hidden = hidden[-keep:]
         return Step(logits=_to_f4(out.logits[0]), hidden=_to_f4(hidden), layers=stream)
+
+    def taps(self, prompt: Prompt | Sequence[int]) -> Any:
+        """Layer taps by forward hooks on each layer's attention and MLP (:func:`oracles.engines.taps.torch_taps`)."""
+        from oracles.engines.taps import torch_taps
+
+        return torch_taps(self, self.text_ids(prompt))
+
+    @inference_mode
+    def plain_logits(self, prompt: Prompt | Sequence[int]) -> np.ndarray:
+        """``[T, V]`` float32 logits of a plain ``model(**inputs)`` call on a cold prompt (no cache,
+        nothing captured): the independent forward a hooked run is held against."""
+        if self._vision is not None:
+            return self._vision.plain_logits(prompt)
+        try:
+            return _to_f4(self.model(input_ids=self._ids_tensor([self.text_ids(prompt)])).logits[0])
+        finally:
+            self._captured.clear()
 
     @inference_mode
     def lm_head(self, hidden: np.ndarray) -> np.ndarray:
@@ -194,69 +218,6 @@ class TorchReference(Engine):
 
     def restore(self, snapshot: Any) -> Any:
         return copy.deepcopy(snapshot)
-
-    def snapshot_buffers(self, snapshot: Any) -> dict[str, np.ndarray]:
-        """Per layer: ``keys`` / ``values`` ``[1, H_kv, L, d]`` of attention layers, ``conv_state`` /
-        ``recurrent_state`` of linear-attention layers (``.<k>`` suffixed when a layer holds several)."""
-        out: dict[str, np.ndarray] = {}
-        for i, layer in enumerate(snapshot.layers):
-            for name in ("keys", "values"):
-                t = getattr(layer, name, None)
-                if t is not None:
-                    out[f"layers.{i}.{name}"] = _to_f4(t)
-            for name, states in (("conv_state", getattr(layer, "conv_states", None)),
-                                 ("recurrent_state", getattr(layer, "recurrent_states", None))):
-                for k, t in (states or {}).items():
-                    if t is not None:
-                        out[f"layers.{i}.{name}" + (f".{k}" if len(states) > 1 else "")] = _to_f4(t)
-        return out
-
-    @inference_mode
-    def decode_cohort(self, tokens: Sequence[int], caches: Sequence[Any]) -> Step:
-        """One token for each of ``B`` lanes in one batched transformers forward (contract:
-        :meth:`oracles.engines.base.Engine.decode_cohort`).
-
-        transformers' own batching: each lane's ``DynamicCache`` keys/values ``[1, H, L_b, d]`` are
-        left-padded with zeros to ``L = max L_b`` and stacked into one batch ``DynamicCache``
-        ``[B, H, L, d]``; the 2-D attention mask ``[B, L + 1]`` is 0 on the padding, and the position
-        id of lane ``b``'s token is ``L_b`` (its own next position: the cached keys already carry their
-        rotary phases). After the forward, the new key/value row of each layer (the batch cache's last
-        column) is appended to lane ``b``'s own cache with ``DynamicCache.update``, so each lane cache
-        is what a serial one-token forward leaves, and the batch cache is dropped.
-        """
-        import torch
-        from transformers import DynamicCache
-
-        check_cohort(self, tokens, caches)
-        lengths = [self.cache_length(c) for c in caches]
-        width = max(lengths)
-        batch = DynamicCache(config=self.model.config)
-        for layer in range(len(caches[0].layers)):
-            if width == 0:
-                break  # every lane empty: the batch cache starts empty too
-            held = [(c.layers[layer].keys, c.layers[layer].values) for c in caches]
-            like_k, like_v = next((k, v) for (k, v), n in zip(held, lengths) if n)
-            keys, values = [], []
-            for (k, v), n in zip(held, lengths):
-                if not n:  # an empty lane (make_cache): its layer has no tensors yet
-                    k, v = like_k[:, :, :0], like_v[:, :, :0]
-                pad = (0, 0, width - n, 0)  # left-pad the sequence axis (dim -2)
-                keys.append(torch.nn.functional.pad(k, pad))
-                values.append(torch.nn.functional.pad(v, pad))
-            batch.update(torch.cat(keys), torch.cat(values), layer)
-        mask = torch.zeros((len(caches), width + 1), dtype=torch.long, device=self.device)
-        for b, n in enumerate(lengths):
-            mask[b, width - n:] = 1
-        positions = torch.tensor([[n] for n in lengths], dtype=torch.long, device=self.device)
-        self._captured.clear()
-        out = self.model(input_ids=self._ids_tensor([[int(t)] for t in tokens]), attention_mask=mask,
-                         position_ids=positions, cache=batch, use_cache=True)
-        hidden = self._captured[-1][:, -1]
-        self._captured.clear()
-        for layer, entry in enumerate(batch.layers):
-            for b, c in enumerate(caches):
-                c.update(entry.keys[b:b + 1, :, -1:].clone(), entry.values[b:b + 1, :, -1:].clone(), layer)
-        return Step(logits=_to_f4(out.logits[:, -1]), hidden=_to_f4(hidden))
 
     # -- generation ---------------------------------------------------------------------------
     @inference_mode
@@ -321,6 +282,26 @@ class TorchReference(Engine):
         return Generation(tokens=tokens, text=self.decode(tokens), finish_reason=finish,
                           step_logits=np.zeros((0, self.vocab_size), "<f4"), prefill_seconds=0.0,
                           decode_seconds=end - start, extra={"num_draft": num_draft, "assisted": True})
+
+    @inference_mode
+    def speculative_refusal(self) -> str | None:
+        """transformers refuses assisted generation for a model class with ``_is_stateful`` (its
+        recurrent cache cannot be reset to a subset of the generated text): ``generate`` raises that
+        ``ValueError`` while validating its arguments, before any forward, so the message is taken
+        from a one-token call."""
+        import transformers
+        from transformers import GenerationConfig
+
+        if not getattr(self.model, "_is_stateful", False):
+            return None
+        cfg = GenerationConfig(max_new_tokens=1, do_sample=False, eos_token_id=sorted(self.eos_token_ids),
+                               pad_token_id=min(self.eos_token_ids), num_assistant_tokens=1)
+        try:
+            self.model.generate(self._ids_tensor([[min(self.eos_token_ids)]]), generation_config=cfg,
+                                assistant_model=self.model)
+        except ValueError as exc:
+            return f"transformers {transformers.__version__} generate(assistant_model=...): {exc}"
+        return None
 
 
 def _croppable(layer: Any) -> bool:

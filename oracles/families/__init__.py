@@ -16,6 +16,11 @@ if TYPE_CHECKING:
     from oracles.pins import Pin
 
 DEFAULT_PIN = "smollm2-135m-instruct"
+#: A second architecture through the text families: a seeded Qwen3.5 hybrid (Gated DeltaNet + attention
+#: layers) with the default pin's tokenizer, so every record runs on it unchanged (oracles/twins/hybrid.py).
+HYBRID_PIN = "smollm2-hybrid-twin"
+#: The default pins of the text families that run on any causal LM with the default pin's tokenizer.
+TEXT_PINS = (DEFAULT_PIN, HYBRID_PIN)
 
 
 @dataclass(frozen=True)
@@ -27,7 +32,8 @@ class Family:
     modality: ``"text"`` or ``"vision"``, the pins it serves; port_scoped: a port engine runs only the
     records ``--port-records`` selects; default_pins: the pins it runs on without ``--pin``;
     tokens: the family whose per-tokenizer token ids its records read (``oracles records NAME --pin PIN``
-    writes them), or None when its records carry none.
+    writes them), or None when its records carry none; per_engine: its runs are made per (pin, engine),
+    each engine held against itself (its xdist group adds the engine, so two workers take two engines).
     """
 
     name: str
@@ -37,6 +43,7 @@ class Family:
     port_scoped: bool = True
     default_pins: tuple[str, ...] = (DEFAULT_PIN,)
     tokens: str | None = None
+    per_engine: bool = False
 
     def serves(self, pin: "Pin") -> str | None:
         """Why this family cannot run on ``pin`` (another modality), or None when it can."""
@@ -48,16 +55,20 @@ class Family:
 #: In the order a test carrying several markers is attributed (the chat's port test is mtplx_chat).
 FAMILIES: tuple[Family, ...] = (
     Family("mtplx_chat", "execution oracle family: a 3-turn chat through a prompt cache with snapshot/restore",
-           runs="mtplx_chat"),
+           runs="mtplx_chat", default_pins=TEXT_PINS),
     Family("mtplx", "execution oracle family: forward rows, cache-continuation decode, generation, speculative "
-                    "draft/verify/commit", runs="mtplx", tokens="mtplx"),
+                    "draft/verify/commit", runs="mtplx", default_pins=TEXT_PINS, tokens="mtplx"),
     Family("d1", "read-out oracle family: typed questions read out from log-softmax at an answer slot",
-           runs="d1", tokens="d1"),
+           runs="d1", default_pins=TEXT_PINS, tokens="d1"),
     Family("clef", "vision oracle family: M-RoPE closed form, forward taps, image arms, absmax survey",
            runs="clef", modality="vision", default_pins=("qwen35-vl-twin",)),
     Family("cohort", "decode cohort family: serial vs batched lanes bit-exact, every cache buffer, snapshot/restore",
-           runs="cohort"),
-    Family("port", "a port engine held against the reference, record by record", runs="mtplx", tokens="mtplx"),
+           runs="cohort", per_engine=True, default_pins=TEXT_PINS),
+    Family("faults", "fault panel: ports with one injected fault each held to every family's checks, the "
+                     "detection matrix, and bisect naming the layer", runs="faults", port_scoped=False,
+           default_pins=TEXT_PINS, tokens="mtplx"),
+    Family("port", "a port engine held against the reference, record by record", runs="mtplx", default_pins=TEXT_PINS,
+           tokens="mtplx"),
 )
 BY_NAME = {f.name: f for f in FAMILIES}
 #: The families that keep per-tokenizer token ids (what ``oracles records`` writes).

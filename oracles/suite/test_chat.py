@@ -15,9 +15,11 @@ import numpy as np
 
 from oracles.checks.exact import assert_ids_equal, diff
 from oracles.checks.port import assert_within_thresholds, first_divergence, held_figures
+from oracles.families import DEFAULT_PIN
 from oracles.families import execution as ex
 from oracles.families.chat import ChatRecord
 from oracles.fingerprint import fingerprint
+from oracles.pins import untrained_reason
 
 pytestmark = [pytest.mark.mtplx_chat, pytest.mark.slow]
 
@@ -36,8 +38,8 @@ CHATS = ex.CHATS
 #: as the seed's chat does (temperature 0.6, top-p 0.95, top-k 20, seed 0) loops too: measured on the
 #: reference, no stop token in 400 tokens ("The plugin is used to generate a list of tests that can be
 #: passed to the `pytest` command." repeated). The turn runs to its cap of 160 (finish_reason
-#: "length"); the cache checks of the chat still hold.
-NO_STOP = {"readme-story-prime": "greedy SmolLM2-135M repeats one sentence summarising the README: "
+#: "length"); the cache checks of the chat still hold. Keyed by (pin, record): measured on that pin.
+NO_STOP = {(DEFAULT_PIN, "readme-story-prime"): "greedy SmolLM2-135M repeats one sentence summarising the README: "
                                  "turn 1 measured without a stop token in 320 tokens (finish_reason 'length'); sampled "
                                  "(0.6 / 0.95 / 20, seed 0) no stop in 400 tokens either"}
 
@@ -53,9 +55,12 @@ def _run(runs: Callable[..., Any], engine: Any, record: ChatRecord) -> Any:
 
 def test_turns_finish_with_stop(runs: Callable[..., Any], engine: Any, record: ChatRecord, receipt: Any,
                                 request: pytest.FixtureRequest) -> None:
-    """Every turn ends with a stop token within the cap; tokens, text and counts recorded."""
-    if record.id in NO_STOP:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=NO_STOP[record.id]))
+    """Every turn ends with a stop token within the cap; tokens, text and counts recorded. On an
+    untrained pin the figures are recorded and the stop check skips, naming the pin's declaration;
+    NO_STOP's gaps hold on the pin they were measured on."""
+    untrained = untrained_reason(engine.pin, "ending each chat turn with a stop token")
+    if (engine.pin, record.id) in NO_STOP and untrained is None:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=NO_STOP[(engine.pin, record.id)]))
     run = _run(runs, engine, record)
     receipt.update(request_sha256=record.sha256, record=record.id, engine=engine.id, kind="chat", max_new_tokens=record.max_new_tokens,
                    turns=[{"turn": t.index + 1, "suffix_ids": t.suffix, "tokens": t.tokens, "text": engine.decode(t.tokens),
@@ -65,14 +70,24 @@ def test_turns_finish_with_stop(runs: Callable[..., Any], engine: Any, record: C
                           for t in run.turns], final_tokens=len(run.final_ids))
     for t in run.turns:
         receipt.array(f"turn{t.index + 1}_warm_logits", t.warm)
+    if untrained:
+        pytest.skip(untrained)
     bad = [(t.index + 1, t.finish_reason, len(t.tokens)) for t in run.turns if t.finish_reason != "stop"]
     assert not bad, f"{record.id}: turns without a stop token within {record.max_new_tokens} tokens (turn, reason, tokens): {bad}"
 
 
 def test_cache_holds_frontier(runs: Callable[..., Any], engine: Any, record: ChatRecord, receipt: Any) -> None:
-    """Before each turn the live cache holds exactly the template's rendering of the conversation so far."""
+    """Before each turn the live cache holds exactly the template's rendering of the conversation so far.
+
+    The cached ids are the ids the chat appended (the prompts and the model's own tokens); the rendering
+    re-encodes the decoded answers, so this holds where the model's tokens are the tokenizer's own
+    encoding of their text: a trained model's behaviour, skipped on an untrained pin (the first
+    mismatch per turn is recorded)."""
     run = _run(runs, engine, record)
-    receipt.update(frontiers=[len(t.frontier) for t in run.turns])
+    receipt.update(frontiers=[len(t.frontier) for t in run.turns],
+                   first_mismatch=[first_divergence(t.frontier, t.rendered_prefix) for t in run.turns])
+    if why := untrained_reason(engine.pin, "emitting tokens the tokenizer re-encodes to themselves"):
+        pytest.skip(why)
     for t in run.turns:
         assert_ids_equal(t.frontier, t.rendered_prefix,
                          f"{record.id} turn {t.index + 1}: cached ids vs the template's rendering of the conversation")
@@ -127,11 +142,10 @@ def _held_port(what: str, ref_logits: Any, port_logits: Any, receipt: Any) -> No
 
 
 @pytest.mark.port
-def test_chat_vs_reference(runs: Callable[..., Any], engines: Callable[..., Any], reference: Any, port_id: str,
-                           record: ChatRecord, receipt: Any) -> None:
+def test_chat_vs_reference(runs: Callable[..., Any], reference: Any, port: Any, record: ChatRecord,
+                           receipt: Any) -> None:
     """Port vs reference (marker port): each turn's suffix ids and tokens equal, warm next-token logits
     within the fp32 thresholds of oracles.checks.port."""
-    port = engines(port_id, reference.pin)
     ref, got = ex.chat(runs, reference, record), ex.chat(runs, port, record)
     firsts = [first_divergence(a.tokens, b.tokens) for a, b in zip(ref.turns, got.turns)]
     receipt.update(request_sha256=record.sha256, kind="chat", first_divergent_token_per_turn=firsts)

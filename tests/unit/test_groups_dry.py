@@ -21,6 +21,7 @@ pytestmark = pytest.mark.dry
     ({"d1"}, {"rid": "town_guide_2k_a"}, "d1:town_guide_2k_a"),
     ({"d1"}, {"engine_id": "torch"}, "d1"),
     ({"dry"}, {"key": ("fact_water", "boils")}, None),
+    ({"cohort", "slow"}, {"pin": "smollm2-hybrid-twin", "engine_id": "mlx", "lane": 2}, "cohort:smollm2-hybrid-twin:mlx"),
 ])
 def test_record_group(markers: set[str], params: dict[str, object], want: str | None) -> None:
     assert record_group(markers, params) == want

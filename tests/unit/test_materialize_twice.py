@@ -1,7 +1,8 @@
-"""Materialising the default pin twice gives byte-identical files, each verified against the committed pin.
+"""Materialising a pin twice gives byte-identical files, each verified against the committed pin.
 
-Slow: two full GGUF -> fp32 builds (~45 s each on the 2-core machine), run as two processes at once
-so they share the cores; the one test that builds.
+Slow: the default pin is two full GGUF -> fp32 builds (~45 s each on the 2-core machine), the hybrid
+twin two seeded Qwen3.5 builds (~5 s each); each pair runs as two processes at once so they share the
+cores.
 """
 
 from __future__ import annotations
@@ -30,12 +31,17 @@ def _files(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
 
 
+#: The pins built twice: the GGUF builder's and the hybrid twin's (a ``twin:`` builder with recurrent layers).
+PINS = [DEFAULT_PIN, "smollm2-hybrid-twin"]
+
+
 @pytest.mark.slow
-def test_materialize_twice_is_byte_identical(tmp_path: Path) -> None:
-    pin = load_pin(DEFAULT_PIN)
+@pytest.mark.parametrize("name", PINS)
+def test_materialize_twice_is_byte_identical(tmp_path: Path, name: str) -> None:
+    pin = load_pin(name)
     one, two = tmp_path / "one", tmp_path / "two"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}  # as the Makefile builds
-    builds = [subprocess.Popen([sys.executable, "-c", BUILD, DEFAULT_PIN, str(dest)], env=env, text=True,
+    builds = [subprocess.Popen([sys.executable, "-c", BUILD, name, str(dest)], env=env, text=True,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE) for dest in (one, two)]
     for dest, proc in zip((one, two), builds):
         out, err = proc.communicate(timeout=600)

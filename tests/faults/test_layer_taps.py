@@ -1,0 +1,76 @@
+"""Layer taps (``Engine.taps``) and ``oracles bisect`` on a faithful port (marker faults).
+
+On the default pin and the "ping" record, for the reference and every port: the attention and MLP
+outputs a layer adds are its stream step bit for bit, and row L of the stream through the engine's
+final norm is the final-norm hidden state the head read. Then bisect holds each port against the
+reference: a faithful port has no stage over budget, and the per-stage figures (the noise floor the
+budgets of oracles/checks/bisect.py were calibrated on) go to the receipt.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+
+from oracles.checks.bisect import FLOOR_AT_0, FLOOR_PER_LAYER
+from oracles.checks.exact import assert_bits_equal
+from oracles.commands.bisect import localise
+from oracles.faults.panel import PING
+
+pytestmark = [pytest.mark.faults, pytest.mark.slow]
+
+
+def taps(runs: Callable[..., Any], engine: Any) -> Any:
+    """The engine's taps of "ping", once per session (MLX: ~5 s here)."""
+    return runs(("taps", engine.id, engine.pin, PING.id), lambda: engine.taps(list(PING.bind(engine.pin).ids)))
+
+
+def test_taps_add_up(runs: Callable[..., Any], engine: Any, receipt: Any) -> None:
+    """stream[l + 1] == (stream[l] + attn[l]) + mlp[l] in float32, bit for bit, for every layer: the
+    taps are the two residual terms of each layer (not some other tensor of the same shape)."""
+    t = taps(runs, engine)
+    n, positions = engine.num_layers, len(PING.bind(engine.pin).ids)
+    assert t.stream.shape == (n + 1, positions, engine.hidden_size), f"{engine.id}: stream {t.stream.shape}"
+    assert t.attn.shape == t.mlp.shape == (n, positions, engine.hidden_size), f"{engine.id}: attn {t.attn.shape}"
+    receipt.update(engine=engine.id, mixers=sorted(set(t.mixers)), layers=n)
+    assert_bits_equal((t.stream[:-1] + t.attn) + t.mlp, t.stream[1:],
+                      f"{engine.id} ping: stream[l] + attn[l] + mlp[l] vs stream[l + 1] [layer, position, dim]")
+    assert np.abs(t.attn).max() > 0 and np.abs(t.mlp).max() > 0, f"{engine.id}: a tap recorded only zeros"
+
+
+def test_stream_row_L_through_final_norm(runs: Callable[..., Any], engine: Any, receipt: Any) -> None:
+    """Row L of the stream (after the last layer), through the engine's own final norm, is the hidden
+    state the head read, bit for bit."""
+    t = taps(runs, engine)
+    again = engine.final_norm(t.stream[-1])
+    receipt.update(engine=engine.id, bit_equal=bool(np.array_equal(again.view("<u4"), t.hidden.view("<u4"))))
+    assert_bits_equal(again, t.hidden, f"{engine.id} ping: final_norm(stream[L]) vs final-norm hidden [position, dim]")
+
+
+@pytest.mark.port
+def test_bisect_faithful_port(runs: Callable[..., Any], reference: Any, port: Any, receipt: Any) -> None:
+    """A faithful port (mlx-lm against transformers) has no stage over its budget on "ping"; every
+    stage's NMSE and its ratio to the calibrated noise floor are recorded."""
+    report = localise(_Cached(reference, taps(runs, reference)), _Cached(port, taps(runs, port)),
+                      list(PING.bind(reference.pin).ids), PING.id)
+    floors = [s["nmse"] / (FLOOR_AT_0 + FLOOR_PER_LAYER * s["depth"]) for s in report["stages"]]
+    receipt.update(kind="bisect", pin=reference.pin, record=PING.id, reference=reference.id, port=port.id,
+                   stages=report["stages"], divergent=report["divergent"], nmse_over_floor_max=max(floors))
+    over = [(s["name"], s["nmse"], s["budget"]) for s in report["stages"] if s["over"]]
+    assert report["divergent"] is None and not over, f"{port.id} vs {reference.id} on ping: stages over budget {over[:4]}"
+
+
+class _Cached:
+    """An engine whose ``taps`` returns an earlier capture (the session's), so bisect reads the very
+    arrays the taps tests checked; everything else is the engine's."""
+
+    def __init__(self, engine: Any, captured: Any) -> None:
+        self._engine, self._captured = engine, captured
+
+    def taps(self, _ids: Any) -> Any:
+        return self._captured
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)

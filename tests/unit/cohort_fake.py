@@ -1,0 +1,118 @@
+"""A numpy engine for the cohort family's unit tests: deterministic, batch-invariant by construction,
+with switches that plant the bugs the family must catch. No torch, no mlx.
+
+Each lane's cache holds per layer ``keys`` ``[1, H, n, d]`` (valid rows; ``capacity`` rows allocated)
+and a ``recurrent_state`` ``[1, S]``; a token's hidden state depends on the token, its position and the
+lane's whole history, so two lanes that differ anywhere differ in every quantity.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from oracles.engines.base import Engine, Step, check_cohort
+
+V, D, H, DK, S, L = 2003, 8, 2, 4, 6, 2  # V: a vocabulary where the span formulas never repeat a token
+
+
+@dataclass
+class FakeCache:
+    keys: list[np.ndarray] = field(default_factory=lambda: [np.zeros((1, H, 0, DK), "<f4") for _ in range(L)])
+    states: list[np.ndarray] = field(default_factory=lambda: [np.zeros((1, S), "<f4") for _ in range(L)])
+    capacity: int = 0
+
+    @property
+    def n(self) -> int:
+        return int(self.keys[0].shape[2])
+
+
+class FakeEngine(Engine):
+    """``bug``: None (correct), ``"rows_permuted"`` (decode_cohort returns its rows in the lane map's
+    order), ``"row1_corrupted"`` (rows >= 1 of a batch are off by one ULP-scale step, the shape of
+    mlx #3494), ``"bleed"`` (row b reads lane 0's token)."""
+
+    id = "fake"
+
+    def __init__(self, bug: str | None = None, map_for_bug: Sequence[int] = (2, 0, 3, 1)) -> None:
+        super().__init__(Path("."), "fake-pin", 0)
+        rng = np.random.default_rng(0)
+        self.vocab_size, self.hidden_size, self.num_layers, self.max_context = V, D, L, 0
+        self.emb = rng.standard_normal((V, D)).astype("<f4")
+        self.wk = rng.standard_normal((L, H * DK, D)).astype("<f4") / 3
+        self.ws = rng.standard_normal((L, S, D)).astype("<f4") / 3
+        self.wo = rng.standard_normal((L, D, H * DK + S)).astype("<f4") / 3
+        self.head = rng.standard_normal((V, D)).astype("<f4")
+        self.bug, self.map_for_bug = bug, list(map_for_bug)
+
+    def _one(self, token: int, cache: FakeCache) -> np.ndarray:
+        """One token through the layers, appending to ``cache``; returns the final hidden ``[D]``."""
+        pos = cache.n
+        x = self.emb[token] + np.float32(np.sin(pos))
+        for layer in range(L):
+            k = np.tanh(self.wk[layer] @ x).astype("<f4").reshape(1, H, 1, DK)
+            cache.keys[layer] = np.concatenate([cache.keys[layer], k], axis=2)
+            cache.states[layer] = (np.float32(0.5) * cache.states[layer] + np.tanh(self.ws[layer] @ x)).astype("<f4")
+            ctx = np.concatenate([cache.keys[layer].mean(axis=2).reshape(-1), cache.states[layer].reshape(-1)])
+            x = (x + np.tanh(self.wo[layer] @ ctx)).astype("<f4")
+        cache.capacity = max(cache.capacity, cache.n)
+        return x
+
+    def make_cache(self) -> FakeCache:
+        return FakeCache()
+
+    def cache_length(self, cache: Any) -> int:
+        return 0 if cache is None else cache.n
+
+    def forward(self, prompt: Any, cache: Any | None = None, keep: int = 0, layers: bool = False) -> Step:
+        cache = cache if cache is not None else FakeCache()
+        hidden = np.stack([self._one(int(t), cache) for t in prompt])
+        hidden = hidden[-keep:] if keep else hidden
+        return Step(logits=self.lm_head(hidden), hidden=hidden)
+
+    def lm_head(self, hidden: np.ndarray) -> np.ndarray:
+        """Row by row (a BLAS matmul of B rows need not give a 1-row product's bits)."""
+        return np.stack([self.head @ h for h in np.asarray(hidden, "<f4")]).astype("<f4")
+
+    def decode_cohort(self, tokens: Sequence[int], caches: Sequence[Any]) -> Step:
+        check_cohort(self, tokens, caches)
+        feed = [int(tokens[0])] * len(tokens) if self.bug == "bleed" else [int(t) for t in tokens]
+        hidden = np.stack([self._one(t, c) for t, c in zip(feed, caches)])
+        if self.bug == "row1_corrupted":
+            hidden[1:] = hidden[1:] * np.float32(1.0001)
+        if self.bug == "rows_permuted":
+            hidden = hidden[self.map_for_bug]
+        return Step(logits=self.lm_head(hidden), hidden=hidden)
+
+    def snapshot(self, cache: Any) -> FakeCache:
+        return copy.deepcopy(cache)
+
+    def restore(self, snapshot: Any) -> FakeCache:
+        return copy.deepcopy(snapshot)
+
+    def snapshot_buffers(self, snapshot: Any) -> dict[str, np.ndarray]:
+        out = {}
+        for i in range(L):
+            out[f"layers.{i}.keys"] = snapshot.keys[i].copy()
+            out[f"layers.{i}.recurrent_state"] = snapshot.states[i].copy()
+        return out
+
+    def cache_capacity(self, cache: Any) -> int:
+        return int(cache.capacity)
+
+    def grow(self, cache: Any, capacity: int) -> FakeCache:
+        if capacity < cache.n:
+            raise ValueError(f"grow: capacity {capacity} below {cache.n}")
+        grown = copy.deepcopy(cache)
+        grown.capacity = capacity
+        return grown
+
+    def resident_bytes(self, obj: Any) -> int:
+        return sum(a.nbytes for a in obj.keys) + sum(a.nbytes for a in obj.states)
+
+    def weight_bytes(self) -> int:
+        return sum(a.nbytes for a in (self.emb, self.wk, self.ws, self.wo, self.head))

@@ -1,0 +1,155 @@
+"""oracles.checks.bisect (pure) and oracles.commands.bisect's localise on fake engines: the rule
+"first stage over budget whose input is within" names the right stage, never a downstream one."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from oracles.checks.bisect import budget, first_divergent, inside_layer, row_nmse, stages, sublayer_budget
+from oracles.commands.bisect import localise, table
+from oracles.engines.base import Unsupported
+
+pytestmark = pytest.mark.dry
+
+L, T, D, V = 6, 5, 8, 11
+
+
+def forward_arrays(seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    stream = np.cumsum(rng.standard_normal((L + 1, T, D)), axis=0).astype("<f4")
+    return {"stream": stream, "attn": rng.standard_normal((L, T, D)).astype("<f4"),
+            "mlp": rng.standard_normal((L, T, D)).astype("<f4"), "hidden": stream[-1] / 3,
+            "logits": rng.standard_normal((T, V)).astype("<f4")}
+
+
+def perturbed(ref: dict[str, np.ndarray], layer: int, size: float, block: str | None = None) -> dict[str, np.ndarray]:
+    """The reference with layer ``layer``'s output (and every later stage) moved by ``size``."""
+    out = {k: v.copy() for k, v in ref.items()}
+    out["stream"][layer + 1:] += size
+    out["hidden"] += size
+    out["logits"] += size
+    if block:
+        out[block][layer] += size
+    return out
+
+
+def test_budget_grows_with_depth() -> None:
+    assert budget(0) == pytest.approx(5e-9) and budget(1) == pytest.approx(6e-9) and budget(30) == pytest.approx(3.5e-8)
+    assert sublayer_budget() == pytest.approx(1.5e-7)
+
+
+def test_row_nmse_per_position() -> None:
+    ref = np.array([[1.0, 0.0], [0.0, 0.0], [0.0, 0.0]])
+    port = np.array([[1.0, 0.5], [0.0, 0.0], [1.0, 0.0]])
+    assert list(row_nmse(ref, port)) == [0.25, 0.0, np.inf]
+    with pytest.raises(ValueError, match=r"shapes differ: reference \[3, 2\] vs port \[2, 2\]"):
+        row_nmse(ref, port[:2])
+
+
+def test_faithful_names_nothing() -> None:
+    ref = forward_arrays()
+    found = stages(ref, {k: v.copy() for k, v in ref.items()})
+    assert [s.name for s in found][:2] == ["embedding", "layer 0"] and found[-2].name == "final norm"
+    assert first_divergent(found) is None and all(s.cosine == pytest.approx(1.0) for s in found)
+
+
+@pytest.mark.parametrize("layer", [0, 3, L - 1])
+def test_names_the_first_layer_not_the_ones_after(layer: int) -> None:
+    ref = forward_arrays()
+    found = stages(ref, perturbed(ref, layer, 0.5, "mlp"))
+    i = first_divergent(found)
+    assert i is not None and found[i].name == f"layer {layer}", [s.name for s in found if s.over]
+    assert all(s.over for s in found[i:]), "the error should carry downstream (over budget, but not blamed)"
+    assert inside_layer(layer, ref, perturbed(ref, layer, 0.5, "mlp"))["verdict"] == "MLP"
+    assert inside_layer(layer, ref, perturbed(ref, layer, 0.5, "attn"))["verdict"] == "attention"
+    assert inside_layer(layer, ref, perturbed(ref, layer, 0.5))["verdict"] == "neither"
+
+
+def test_noise_below_budget_is_not_named() -> None:
+    ref = forward_arrays()
+    found = stages(ref, perturbed(ref, 2, 1e-7))  # row NMSE ~1e-14, far below 5e-9
+    assert first_divergent(found) is None
+
+
+def test_head_and_final_norm_stages() -> None:
+    ref = forward_arrays()
+    head = {k: v.copy() for k, v in ref.items()}
+    head["logits"][:, 4] += 3.0
+    found = stages(ref, head)
+    assert found[first_divergent(found)].name == "head"
+    norm = {k: v.copy() for k, v in ref.items()}
+    norm["hidden"] *= 2.0
+    norm["logits"] *= 2.0
+    found = stages(ref, norm)
+    assert found[first_divergent(found)].name == "final norm"
+
+
+def test_nan_is_over_budget() -> None:
+    ref = forward_arrays()
+    bad = {k: v.copy() for k, v in ref.items()}
+    bad["stream"][2:, 1, 3] = np.nan
+    found = stages(ref, bad)
+    assert found[first_divergent(found)].name == "layer 1"
+    assert np.isnan(found[2].nmse) and np.isnan(found[2].cosine) and found[2].nmse_position == 1
+
+
+def test_layer_counts_must_match() -> None:
+    ref = forward_arrays()
+    with pytest.raises(ValueError, match=r"layer streams differ in shape: reference \[7, 5, 8\] vs port \[6, 5, 8\]"):
+        stages(ref, {**ref, "stream": ref["stream"][:-1]})
+
+
+class FakeEngine:
+    """taps: 'yes' (attention and MLP), 'stream' (forward(layers=True) only) or 'no' (neither)."""
+
+    def __init__(self, engine_id: str, arrays: dict[str, np.ndarray], taps: str) -> None:
+        self.id, self.pin, self.arrays, self.mode = engine_id, "fake-pin", arrays, taps
+
+    def taps(self, ids: Any) -> Any:
+        if self.mode != "yes":
+            raise Unsupported(self.id, "tap the attention and MLP outputs inside its layers")
+        return SimpleNamespace(**self.arrays)
+
+    def forward(self, ids: Any, layers: bool = False) -> Any:
+        if self.mode == "no":
+            raise Unsupported(self.id, "return per-layer states", "its runtime runs the layers fused")
+        a = self.arrays
+        return SimpleNamespace(layers=a["stream"], hidden=a["hidden"], logits=a["logits"])
+
+
+def test_localise_reports_layer_and_block() -> None:
+    ref = forward_arrays()
+    report = localise(FakeEngine("ref", ref, "yes"), FakeEngine("port", perturbed(ref, 3, 0.5, "attn"), "yes"),
+                      [1, 2, 3], "rec")
+    assert report["divergent"] == "layer 3" and report["inside"]["verdict"] == "attention"
+    lines = table(report)
+    assert any("<-- first over budget" in line and line.startswith("layer 3") for line in lines), lines
+    assert lines[-1].endswith(": attention")
+
+
+def test_localise_stream_only_engine() -> None:
+    ref = forward_arrays()
+    report = localise(FakeEngine("ref", ref, "yes"), FakeEngine("port", perturbed(ref, 1, 0.5), "stream"), [1], "rec")
+    assert report["divergent"] == "layer 1" and report["inside"] is None
+
+
+def test_localise_names_the_engine_it_cannot_localise() -> None:
+    ref = forward_arrays()
+    report = localise(FakeEngine("ref", ref, "yes"), FakeEngine("fused", ref, "no"), [1], "rec")
+    assert report["cannot_localise"] == {"engine": "fused", "why": "its runtime runs the layers fused"}
+    assert report["stages"] == [] and "cannot localise: engine 'fused'" in table(report)[-1]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["bisect", "--port", "fault:nope"], "unknown fault 'nope'; known: faithful, rope_base_default"),
+    (["bisect", "--port", "mlx", "--record", "readmex"], "unknown record 'readmex'; known: arith, ping, readme"),
+])
+def test_cli_refuses_bad_input_before_loading(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from oracles.cli import main
+
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
