@@ -1,13 +1,24 @@
-"""Plugin overhead: 1,000 trivial parametrized tests with receipts on vs ``--no-receipt``
-(issue 2: ratio goal <= 1.05).
+"""Plugin overhead on 1,000 trivial tests, whole ``python -m pytest`` processes, paired runs.
 
-Both runs are whole ``python -m pytest`` processes on a generated test file in a temporary folder,
-alternating A (receipts on: partial log line per test, receipt with environment, checks table) and
-B (``--no-receipt``) ROUNDS times; the ratio is of the medians of wall time, A/B.
-``--profile`` instead prints the top of a cProfile of one receipts-on run (in-process);
-``--attribute`` times the receipt-only work inside sessions (steady when the machine is noisy).
+Two comparisons (issue 8's goals), each measured as N pairs run alternately in this one invocation,
+A B A B ..., the ratio A/B taken pair by pair (a pair's two runs are seconds apart, so a drift of the
+shared machine's speed cancels within a pair); printed: the median pair ratio and its spread (min,
+quartiles, max), wall and CPU (user + sys of the child):
 
-Usage: python bench/plugin_overhead.py [--tests 1000] [--rounds 7] [--profile | --attribute]
+* **enabled**: a project whose ini says ``oracles = true``, its 1,000 tests each attaching one value
+  with the ``receipt`` fixture; A = receipts on (partial log line per test, receipt, environment
+  probe), B = ``--no-receipt``. Goal: median <= 1.02.
+* **not enabled**: a project with pytest-oracles installed and no ``oracles`` ini key, 1,000 plain
+  tests; A = as is, B = ``-p no:oracles`` (the plugin not loaded at all). Goal: median <= 1.01.
+
+The children may write bytecode (``PYTHONDONTWRITEBYTECODE`` dropped, ``PYTHONPYCACHEPREFIX`` a
+temporary folder): an installed package's modules are compiled once, at install; compiling the
+plugin's modules in every run (~1 ms each here) would be a cost no user pays. The warm-up runs
+compile them.
+
+``--profile enabled|off`` prints the top of a cProfile of one run of that kind (in-process) instead.
+
+Usage: python bench/plugin_overhead.py [--tests 1000] [--pairs 9] [--only enabled|off] [--profile KIND]
 """
 
 from __future__ import annotations
@@ -20,131 +31,131 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-SUITE = """
+ENABLED_SUITE = """
 import pytest
 
 @pytest.mark.parametrize("i", range({n}))
 def test_trivial(i, receipt):
     receipt["i"] = i
 """
+PLAIN_SUITE = """
+import pytest
+
+@pytest.mark.parametrize("i", range({n}))
+def test_trivial(i):
+    assert i >= 0
+"""
+BASE = ("-q", "-p", "no:cacheprovider", "-p", "no:xdist", "test_bench.py")
 
 
-def run(folder: Path, *extra: str) -> tuple[float, float]:
-    """(wall seconds, CPU seconds user+sys) of one whole pytest process."""
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "test_bench.py", *extra]
+@dataclass(frozen=True)
+class Comparison:
+    """One A/B comparison: its project's ini text, test file, A's and B's extra arguments, the goal."""
+
+    name: str
+    ini: str
+    suite: str
+    a: tuple[str, ...]
+    b: tuple[str, ...]
+    goal: float
+
+
+def comparisons(n: int) -> dict[str, Comparison]:
+    return {
+        "enabled": Comparison("enabled: receipts on vs --no-receipt", "[pytest]\noracles = true\n",
+                              ENABLED_SUITE.format(n=n), ("--receipts-dir=receipts",), ("--no-receipt",), 1.02),
+        "off": Comparison("installed, not enabled vs -p no:oracles", "[pytest]\n", PLAIN_SUITE.format(n=n),
+                          (), ("-p", "no:oracles"), 1.01),
+    }
+
+
+def child_env(folder: Path) -> dict[str, str]:
+    """This environment, bytecode allowed and kept in ``folder/pycache`` (module docstring)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = str(folder.parent / "pycache")
+    return env
+
+
+def run(folder: Path, extra: tuple[str, ...]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds user+sys) of one whole pytest process in ``folder``.
+
+    Raises:
+        SystemExit: pytest did not pass (its output's tail shown).
+    """
+    cmd = [sys.executable, "-m", "pytest", *BASE, *extra]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    done = subprocess.run(cmd, cwd=folder, capture_output=True, text=True)
-    seconds = time.perf_counter() - start
+    done = subprocess.run(cmd, cwd=folder, capture_output=True, text=True, env=child_env(folder))
+    wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
-        raise SystemExit(f"pytest failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
-    return seconds, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        raise SystemExit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def profile(folder: Path) -> None:
+def spread(ratios: list[float]) -> str:
+    q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
+    return f"min {min(ratios):.3f}, q1 {q[0]:.3f}, q3 {q[2]:.3f}, max {max(ratios):.3f}"
+
+
+def measure(cmp: Comparison, folder: Path, pairs: int) -> float:
+    """Run ``pairs`` A/B pairs (after one warm-up of each) and print the pair ratios; returns the median wall ratio."""
+    folder.mkdir()
+    (folder / "pytest.ini").write_text(cmp.ini)
+    (folder / "test_bench.py").write_text(cmp.suite)
+    run(folder, cmp.a), run(folder, cmp.b)  # warm-up: page cache, .pyc files
+    wall: list[float] = []
+    cpu: list[float] = []
+    seconds: list[tuple[float, float]] = []
+    for _ in range(pairs):
+        (wa, ca), (wb, cb) = run(folder, cmp.a), run(folder, cmp.b)
+        wall.append(wa / wb)
+        cpu.append(ca / cb)
+        seconds.append((wa, wb))
+    median = statistics.median(wall)
+    print(f"{cmp.name} (A {' '.join(cmp.a) or '(as is)'}; B {' '.join(cmp.b)}), {pairs} pairs A B A B ...:")
+    print(f"  wall A median {statistics.median(s[0] for s in seconds):.3f} s, B {statistics.median(s[1] for s in seconds):.3f} s")
+    print(f"  wall ratio A/B, pair by pair: median {median:.3f} ({spread(wall)})")
+    print(f"  CPU  ratio A/B, pair by pair: median {statistics.median(cpu):.3f} ({spread(cpu)})")
+    print(f"  goal <= {cmp.goal}: {'met' if median <= cmp.goal else 'NOT met'}")
+    return median
+
+
+def profile(cmp: Comparison, folder: Path) -> None:
+    """cProfile of one in-process run of A, the plugin's functions sorted by cumulative time."""
     import cProfile
     import pstats
 
     import pytest
 
+    folder.mkdir()
+    (folder / "pytest.ini").write_text(cmp.ini)
+    (folder / "test_bench.py").write_text(cmp.suite)
     os.chdir(folder)
     prof = cProfile.Profile()
     prof.enable()
-    pytest.main(["-q", "-p", "no:cacheprovider", "-p", "no:xdist", "test_bench.py", "--receipts-dir", "prof"])
+    pytest.main([*BASE, *cmp.a])
     prof.disable()
-    stats = pstats.Stats(prof)
-    stats.sort_stats("cumulative").print_stats(r"oracles/", 25)
-
-
-def attribute(folder: Path) -> None:
-    """Time, inside one receipts-on session, the work only receipts do: the partial log's lines, the
-    environment probe's wait, building and writing the receipt. Whole-process timing on a shared
-    machine swings by +-25 %; this share is the steady figure."""
-    import contextlib
-    import io
-
-    import pytest
-
-    import oracles.receipts as receipts
-    import oracles.state as state
-
-    spent: dict[str, float] = {}
-
-    def timed_method(owner: object, name: str) -> None:
-        original = getattr(owner, name)
-
-        def wrapper(*args: object, **kwargs: object) -> object:
-            start = time.perf_counter()
-            try:
-                return original(*args, **kwargs)
-            finally:
-                label = f"{owner.__name__}.{name}"  # type: ignore[attr-defined]
-                spent[label] = spent.get(label, 0.0) + time.perf_counter() - start
-
-        setattr(owner, name, wrapper)
-
-    for owner, name in ((receipts.PartialLog, "write"), (state.RunState, "build"), (state.RunState, "write"),
-                        (state.EnvironmentProbe, "result")):
-        timed_method(owner, name)
-    os.chdir(folder)
-    args = ["-q", "-p", "no:cacheprovider", "-p", "no:xdist", "test_bench.py"]
-    with contextlib.redirect_stdout(io.StringIO()):
-        pytest.main([*args, "--no-receipt"])  # warm-up
-        rows = []
-        for i in range(5):
-            spent.clear()
-            start = time.perf_counter()
-            pytest.main([*args, "--receipts-dir", f"attr{i}"])
-            rows.append((time.perf_counter() - start, dict(spent)))
-    session = statistics.median(r[0] for r in rows)
-    extra = statistics.median(sum(r[1].values()) for r in rows)
-    parts = {k: statistics.median(r[1].get(k, 0.0) for r in rows) for k in rows[0][1]}
-    print(f"in-process, 5 receipts-on sessions (medians): session {session:.3f} s, receipt-only work {extra * 1e3:.1f} ms "
-          f"({', '.join(f'{k} {v * 1e3:.1f} ms' for k, v in parts.items())})")
-    print(f"estimated ratio on/off = {session / (session - extra):.3f} (excluding ~1 s of process start-up, "
-          f"which makes the whole-process ratio smaller)")
+    pstats.Stats(prof).sort_stats("cumulative").print_stats(r"oracles/", 30)
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tests", type=int, default=1000, help="parametrized tests; default: %(default)r")
-    parser.add_argument("--rounds", type=int, default=7, help="A/B alternations; default: %(default)r")
-    parser.add_argument("--profile", action="store_true", help="profile one receipts-on run instead")
-    parser.add_argument("--attribute", action="store_true",
-                        help="time the receipt-only work inside receipts-on sessions instead (steady under load)")
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--tests", type=int, default=1000, help="trivial parametrized tests; default: %(default)r")
+    parser.add_argument("--pairs", type=int, default=9, help="A/B pairs per comparison; default: %(default)r")
+    parser.add_argument("--only", choices=("enabled", "off"), default=None, help="run one comparison")
+    parser.add_argument("--profile", choices=("enabled", "off"), default=None, help="profile one run of A instead")
     args = parser.parse_args()
+    table = comparisons(args.tests)
     with tempfile.TemporaryDirectory(prefix="oracles-bench-") as tmp:
-        folder = Path(tmp)
-        (folder / "test_bench.py").write_text(SUITE.format(n=args.tests))
         if args.profile:
-            profile(folder)
+            profile(table[args.profile], Path(tmp) / args.profile)
             return 0
-        if args.attribute:
-            attribute(folder)
-            return 0
-        run(folder, "--no-receipt")  # warm-up: page cache, .pyc files
-        on, off, cpu_on, cpu_off = [], [], [], []
-        for i in range(args.rounds):
-            pair = [("on", ("--receipts-dir", f"r{i}")), ("off", ("--no-receipt",))]
-            for name, extra in pair if i % 2 == 0 else pair[::-1]:
-                wall, cpu = run(folder, *extra)
-                (on if name == "on" else off).append(wall)
-                (cpu_on if name == "on" else cpu_off).append(cpu)
-        receipts = sorted(folder.glob("r*/default/*.json"))
-        assert len(receipts) == args.rounds, f"expected {args.rounds} receipts, found {len(receipts)}"
-    t_on, t_off = statistics.median(on), statistics.median(off)
-    print(f"{args.tests} trivial parametrized tests, {args.rounds} alternating rounds, whole-process wall medians:")
-    print(f"  receipts on    {t_on:7.3f} s   (min {min(on):.3f}, max {max(on):.3f})")
-    print(f"  --no-receipt   {t_off:7.3f} s   (min {min(off):.3f}, max {max(off):.3f})")
-    c_on, c_off = statistics.median(cpu_on), statistics.median(cpu_off)
-    print(f"  CPU (user+sys) receipts on {c_on:.3f} s, --no-receipt {c_off:.3f} s: ratio {c_on / c_off:.3f}")
-    ratios = [a / b for a, b in zip(on, off)]
-    ratio = t_on / t_off
-    print(f"overhead ratio on/off (wall) = {ratio:.3f} (pairwise median {statistics.median(ratios):.3f}); "
-          f"goal <= 1.05: {'met' if ratio <= 1.05 else 'NOT met'}")
+        for key in [args.only] if args.only else list(table):
+            measure(table[key], Path(tmp) / key, args.pairs)
     return 0
 
 

@@ -1,4 +1,5 @@
-"""The ``oracles`` command: ``materialize | records | receipts | compare | summarize | survey | bisect | faults``.
+"""The ``oracles`` command: ``pin | materialize | records | receipts | compare | summarize | survey | bisect |
+faults``.
 
 Each subcommand lives in its own module and is imported only when called, so ``oracles receipts``
 never imports torch. Pins and token ids are looked up in the project of the current folder (its
@@ -17,6 +18,7 @@ from oracles.errors import OracleError
 
 #: name -> (module, help). The module defines ``add_arguments(parser)`` and ``run(args) -> int``.
 COMMANDS: dict[str, tuple[str, str]] = {
+    "pin": ("oracles.commands.pin", "pin a snapshot you have (a folder, or hf:REPO@REVISION from the local HF cache)"),
     "materialize": ("oracles.commands.materialize", "build and verify a pinned snapshot under $ORACLES_HOME"),
     "records": ("oracles.commands.records", "regenerate a family's expected ids from the tokenizer alone"),
     "receipts": ("oracles.commands.receipts", "list receipts, or print one's checks table"),

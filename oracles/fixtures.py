@@ -22,23 +22,27 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import pytest
 
-from oracles.engines import engine_class, unavailable_reason
-from oracles.engines.base import Engine
-from oracles.errors import OracleError
-from oracles.pins import load_pin, parse_snapshot_options, snapshot_dir, verify_snapshot
-from oracles.receipts import Receipt, plain_nodeid
-from oracles.state import DATA_KEY, emit, settings_of, state_of
+if TYPE_CHECKING:
+    from oracles.engines.base import Engine
+    from oracles.receipts import Receipt
 
-Engines = Callable[[str, str], Engine]
+# The library is imported inside the fixtures, not here: the plugin registers this module in every
+# pytest run, and a run that uses none of these fixtures must not pay for numpy or the engine registry.
+Engines = Callable[[str, str], "Engine"]
 
 
 @pytest.fixture(scope="session")
 def snapshot_overrides(pytestconfig: pytest.Config) -> dict[str, Path]:
     """``--snapshot NAME=PATH`` as {pin name: folder}."""
+    from oracles.errors import OracleError
+    from oracles.pins import parse_snapshot_options
+    from oracles.state import settings_of
+
+    settings_of(pytestconfig)  # the session is active: the project's pin store is the one searched
     try:
         return parse_snapshot_options(pytestconfig.getoption("snapshot"))
     except OracleError as exc:
@@ -52,6 +56,10 @@ def verified_snapshot(pytestconfig: pytest.Config, snapshot_overrides: dict[str,
     Every pinned file's bytes are read and hashed before any weights load; a mismatch fails every
     test that needs that pin with the file and both digests.
     """
+    from oracles.errors import OracleError
+    from oracles.pins import load_pin, snapshot_dir, verify_snapshot
+    from oracles.state import emit
+
     done: dict[str, Path | OracleError] = {}
 
     def get(name: str) -> Path:
@@ -76,8 +84,12 @@ def verified_snapshot(pytestconfig: pytest.Config, snapshot_overrides: dict[str,
 def engines(pytestconfig: pytest.Config, verified_snapshot: Callable[[str], Path]) -> Engines:
     """``engines(engine_id, pin)``: the engine, built once per session per worker (skipped, naming
     why, where it cannot run here)."""
+    from oracles.engines import engine_class, unavailable_reason
+    from oracles.state import emit, settings_of
+
     loaded: dict[tuple[str, str], Engine] = {}
     threads = pytestconfig.getoption("oracle_threads")
+    settings = settings_of(pytestconfig)
 
     def get(engine_id: str, pin: str) -> Engine:
         key = (engine_id, pin)
@@ -88,7 +100,7 @@ def engines(pytestconfig: pytest.Config, verified_snapshot: Callable[[str], Path
             root = verified_snapshot(pin)
             cls = engine_class(engine_id)
             start = time.perf_counter()
-            engine = cls(root, pin, threads)
+            engine = cls(root, pin, threads, **settings.engine_kwargs(engine_id))
             seconds = time.perf_counter() - start
             emit(pytestconfig, "engine_loaded", name=engine_id, pin=pin, seconds=round(seconds, 4), **engine.describe())
             loaded[key] = engine
@@ -106,6 +118,8 @@ def engine(engines: Engines, engine_id: str, pin: str) -> Engine:
 @pytest.fixture
 def reference(engines: Engines, pytestconfig: pytest.Config, pin: str) -> Engine:
     """The reference engine (``--reference``, default torch) on this test's pin."""
+    from oracles.state import settings_of
+
     return engines(settings_of(pytestconfig).reference, pin)
 
 
@@ -118,6 +132,8 @@ def port(engines: Engines, port_id: str, pin: str) -> Engine:
 @pytest.fixture
 def pin_file(pin: str) -> Any:
     """The parsed pin file (:class:`oracles.pins.Pin`) of this test's pin."""
+    from oracles.pins import load_pin
+
     return load_pin(pin)
 
 
@@ -143,6 +159,9 @@ def runs() -> Callable[[Any, Callable[[], Any]], Any]:
 @pytest.fixture
 def receipt(request: pytest.FixtureRequest) -> Receipt:
     """Attach JSON-safe data to this test's record in the session receipt (see :class:`Receipt`)."""
+    from oracles.receipts import Receipt, plain_nodeid
+    from oracles.state import DATA_KEY, state_of
+
     data: dict[str, Any] = {}
     request.node.user_properties.append((DATA_KEY, data))
     return Receipt(data, state_of(request.config).staging, plain_nodeid(request.node.nodeid))

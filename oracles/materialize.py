@@ -72,10 +72,18 @@ def materialize(pin: Pin, dest: Path | None = None, *, write_pin: bool = False) 
     With ``write_pin`` the pin file's ``files`` and header digests are rewritten from the build
     (for a maintainer creating or bumping a pin) instead of being checked.
 
+    A ``local:`` or ``hf:`` pin (``oracles pin``) is not built: its snapshot is the folder it names (the
+    commit's folder in the local Hugging Face cache), verified in place.
+
     Raises:
         PinError: unsupported source, a source file whose sha256 differs from the pin, or a built
             file that differs from the pin (file, expected and actual digest).
     """
+    if pin.source_parts()["local"] or pin.source.startswith("hf:"):
+        if dest is not None or write_pin:
+            raise PinError(f"{pin.path}: source {pin.source!r} is a snapshot you pinned with `oracles pin`; it is "
+                           "verified where it is (no --dest, no --write-pin)")
+        return {**verify_snapshot(pin, snapshot_dir(pin)), "built": False}
     dest = dest or snapshot_dir(pin)
     if dest.is_dir() and not write_pin:
         try:

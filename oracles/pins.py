@@ -205,6 +205,8 @@ def _load_file(path: Path) -> Pin:
     if not _SOURCE.fullmatch(source):
         raise PinError(f"{path}: field 'source' {source!r} is not pypi:PKG==VER#FILE, hf:REPO@REV, twin:CONFIG#SEED "
                        "or local:PATH")
+    if any(not re.fullmatch(r"[0-9a-f]{64}", str(v)) for v in (obj.get("safetensors_headers") or {}).values()):
+        raise PinError(f"{path}: field 'safetensors_headers' needs a 64-hex sha256 for each file")
     digests = {}
     for rel, entry in files.items():
         if (not isinstance(entry, dict) or type(entry.get("bytes")) is not int
@@ -246,6 +248,17 @@ def oracles_home() -> Path:
 
 
 def snapshot_dir(pin: Pin) -> Path:
+    """Where ``pin``'s snapshot is: a ``local:PATH`` pin's is PATH itself (verified in place, never
+    copied); an ``hf:REPO@COMMIT`` pin's is that commit's folder in the local Hugging Face cache (the
+    folder it would be in when the commit is missing: verification then says so); a built pin's is
+    ``$ORACLES_HOME/snapshots/NAME``."""
+    parts = pin.source_parts()
+    if parts["local"]:
+        return Path(parts["path"] or "")
+    if parts["kind"] == "hf":
+        from oracles.hf_cache import snapshot_folder
+
+        return snapshot_folder(parts["what"] or "", parts["version"] or "main")
     return oracles_home() / "snapshots" / pin.name
 
 
@@ -285,34 +298,45 @@ def file_digests(root: Path, names: list[str] | None = None) -> dict[str, FileDi
     return {n: FileDigest((root / n).stat().st_size, sha256_file(root / n)) for n in names}
 
 
+def _remedy(pin: Pin) -> str:
+    """What to do about a snapshot of a user's own (``local:``, ``hf:``) that no longer matches its pin;
+    a built pin's snapshot is rebuilt by ``oracles materialize`` (the session's own message says so)."""
+    if pin.source_parts()["local"] or pin.source.startswith("hf:"):
+        return (f"; the snapshot changed since pin {pin.name!r} was written ({pin.path}): pin the new one under "
+                "another name with `oracles pin`, or restore the pinned files")
+    return ""
+
+
 def verify_snapshot(pin: Pin, root: Path) -> dict[str, Any]:
     """Check every pinned file under ``root``: exists, size, sha256, safetensors header digest.
 
     Returns the figures for the receipt: name, digest, root, files, bytes and seconds.
 
     Raises:
-        PinError: the first problem, naming the file and the expected and actual values.
+        PinError: the first problem, naming the file, the expected and actual values and what to do.
     """
     start = time.perf_counter()
     if not root.is_dir():
-        raise PinError(f"snapshot of pin {pin.name!r} missing: {root} is not a folder; run `oracles materialize {pin.name}`"
-                       " or pass --snapshot NAME=PATH")
+        raise PinError(f"snapshot of pin {pin.name!r} missing: {root} is not a folder; " + (
+            f"pin {pin.name!r} names it as its source" if pin.source_parts()["local"] or pin.source.startswith("hf:")
+            else f"run `oracles materialize {pin.name}` or pass --snapshot NAME=PATH"))
     total = 0
     for rel, want in sorted(pin.files.items()):
         path = root / rel
         if not path.is_file():
-            raise PinError(f"{path}: pinned file of {pin.name!r} is missing")
+            raise PinError(f"{path}: pinned file of {pin.name!r} is missing{_remedy(pin)}")
         size = path.stat().st_size
         if size != want.bytes:
-            raise PinError(f"{path}: size mismatch: expected {want.bytes} bytes, actual {size}")
+            raise PinError(f"{path}: size mismatch: expected {want.bytes} bytes, actual {size}{_remedy(pin)}")
         got = sha256_file(path)
         if got != want.sha256:
-            raise PinError(f"{path}: sha256 mismatch: expected {want.sha256}, actual {got}")
+            raise PinError(f"{path}: sha256 mismatch: expected {want.sha256}, actual {got}{_remedy(pin)}")
         total += size
     for rel, want_header in pin.safetensors_headers.items():
         got = hashlib.sha256(safetensors_header(root / rel)[2]).hexdigest()
         if got != want_header:
-            raise PinError(f"{root / rel}: safetensors header sha256 mismatch: expected {want_header}, actual {got}")
+            raise PinError(f"{root / rel}: safetensors header sha256 mismatch: expected {want_header}, actual {got}"
+                           f"{_remedy(pin)}")
     return {"name": pin.name, "digest": pin.digest, "root": str(root), "files": len(pin.files), "bytes": total,
             "seconds": round(time.perf_counter() - start, 4)}
 

@@ -11,8 +11,6 @@ same two keys. Without an ini file the folders are taken relative to the current
 
 from __future__ import annotations
 
-import configparser
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +29,9 @@ class ProjectDirs:
 
 def _ini_options(path: Path) -> dict[str, str] | None:
     """The pytest options of ``path`` when it is a pytest configuration file, else None."""
+    import configparser  # here, not at module import: the plugin imports this module in every pytest run
+    import tomllib
+
     try:
         if path.name == "pyproject.toml":
             table = tomllib.loads(path.read_text(encoding="utf-8")).get("tool", {}).get("pytest", {})

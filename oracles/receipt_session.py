@@ -50,7 +50,8 @@ class ReceiptSession:
         invocation = {"args": list(config.invocation_params.args), "markexpr": opt.markexpr or None,
                       "keyword": opt.keyword or None, "rootdir": str(config.rootpath),
                       "numprocesses": getattr(opt, "numprocesses", None), "runslow": opt.runslow,
-                      "reference": opt.reference, "port": opt.port, "pin": opt.pin, "snapshots": list(opt.snapshot),
+                      "reference": opt.reference, "reference_device": opt.reference_device, "port": opt.port,
+                      "pin": opt.pin, "snapshots": list(opt.snapshot),
                       "deadline": opt.deadline}
         env = state.environment_probe.result() if state.environment_probe else {}
         receipt = state.build(invocation, env, int(exitstatus))

@@ -9,6 +9,7 @@ leaves its evidence; :func:`load_records` reads either file back (for ``--resume
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -103,10 +104,16 @@ def split_nodeid(nodeid: str) -> tuple[str, str]:
     return check, ""
 
 
+@functools.lru_cache(maxsize=4096)
+def _module_stem(path: str) -> str:
+    """``Path(path).stem``, once per module: a receipt asks it for every test of the module."""
+    return Path(path).stem
+
+
 def _owner(nodeid: str) -> str:
     """What holds the test function: ``"tests/x.py::TestA::test_b[p]"`` -> ``"x::TestA"``."""
     parts = nodeid.partition("[")[0].split("::")[:-1]
-    return "::".join([Path(parts[0]).stem, *parts[1:]]) if parts else ""
+    return "::".join([_module_stem(parts[0]), *parts[1:]]) if parts else ""
 
 
 def checks_table(records: Iterable[TestRecord]) -> dict[str, dict[str, Any]]:
@@ -271,6 +278,12 @@ def write_exclusive(path: Path, data: bytes) -> None:
 ONE_LINE_ITEMS = ("tests", "not_run")
 
 
+#: Encoders made once: ``json.dumps`` with any non-default argument builds a new encoder per call, a
+#: cost paid per test (a partial-log line) and per receipt item.
+_LINE = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+_ITEM = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(", ", ": "))
+
+
 def dump_json(obj: Any) -> bytes:
     """Strict JSON (no NaN), UTF-8, two-space indent.
 
@@ -282,8 +295,9 @@ def dump_json(obj: Any) -> bytes:
         ValueError: a NaN or infinity anywhere in ``obj``.
     """
     def dumps(value: Any, indent: int | None) -> str:
-        return json.dumps(value, indent=indent, allow_nan=False, ensure_ascii=False,
-                          separators=(", ", ": ") if indent is None else None)
+        if indent is None:
+            return _ITEM.encode(value)
+        return json.dumps(value, indent=indent, allow_nan=False, ensure_ascii=False)
 
     if not isinstance(obj, dict):
         return (dumps(obj, 2) + "\n").encode()
@@ -312,8 +326,7 @@ class PartialLog:
             raise ReceiptError(f"{path}: cannot be created: {exc.strerror or exc}") from exc
 
     def write(self, obj: Mapping[str, Any]) -> None:
-        line = json.dumps(obj, allow_nan=False, ensure_ascii=False, separators=(",", ":")) + "\n"
-        self._fh.write(line.encode("utf-8"))
+        self._fh.write((_LINE.encode(obj) + "\n").encode("utf-8"))
 
     def close(self) -> None:
         if not self._fh.closed:

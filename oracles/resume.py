@@ -26,6 +26,12 @@ def partial_header(reference: str, port: str) -> dict[str, Any]:
     return {"schema_version": SCHEMA_VERSION, "reference": reference, "port": port}
 
 
+def reference_setting(reference: Any, device: str) -> Any:
+    """The reference as a resume setting: its engine id, with ``@DEVICE`` when it runs off the CPU
+    (a pass on one device says nothing about another)."""
+    return reference if device == "cpu" or not isinstance(reference, str) else f"{reference}@{device}"
+
+
 def _start_line(path: Path) -> dict[str, Any]:
     try:
         with path.open(encoding="utf-8") as fh:
@@ -63,7 +69,9 @@ def check_resume_source(path: Path, reference: str, port: str) -> str | None:
     else:
         receipt = load_json(path)
         invocation = receipt.get("invocation") if isinstance(receipt.get("invocation"), dict) else {}
-        setting = {"schema_version": receipt.get("schema_version"), "reference": invocation.get("reference"),
+        device = invocation.get("reference_device")
+        setting = {"schema_version": receipt.get("schema_version"),
+                   "reference": reference_setting(invocation.get("reference"), device or "cpu"),
                    "port": invocation.get("port")}
         pins = receipt.get("pins") if isinstance(receipt.get("pins"), list) else []
         unchecked = None

@@ -36,6 +36,7 @@ class Settings:
     ports: list[str]
     pins: list[str]
     port_scope: PortScope
+    reference_device: str = "cpu"
     left_out: dict[tuple[str, str], Pairing] = field(default_factory=dict)
     _compat: dict[tuple[str, str], str | None] = field(default_factory=dict)
 
@@ -56,7 +57,14 @@ class Settings:
         pins = [p.strip() for p in (opt.pin or "").split(",") if p.strip()]
         for name in pins:
             load_pin(name)  # unknown -> PinError listing the known pins and the folders searched
-        return cls(enabled=enabled, reference=opt.reference, ports=ports, pins=pins, port_scope=scope)
+        device = getattr(opt, "reference_device", "cpu")
+        _check_device(opt.reference, device)
+        return cls(enabled=enabled, reference=opt.reference, ports=ports, pins=pins, port_scope=scope,
+                   reference_device=device)
+
+    def engine_kwargs(self, engine_id: str) -> dict[str, Any]:
+        """Extra constructor arguments of ``engine_id``: the reference's ``device`` when not the CPU."""
+        return {"device": self.reference_device} if engine_id == self.reference and self.reference_device != "cpu" else {}
 
     @property
     def engines(self) -> list[str]:
@@ -99,7 +107,8 @@ class Settings:
 
     def header_line(self) -> str:
         """What the report header says about engines and pins."""
-        return (f"oracles: reference {self.reference}; ports {', '.join(self.ports) or 'none'}; pins "
+        on = f" on {self.reference_device}" if self.reference_device != "cpu" else ""
+        return (f"oracles: reference {self.reference}{on}; ports {', '.join(self.ports) or 'none'}; pins "
                 f"{', '.join(self.pins) or 'each family default'} (from {store().describe()})")
 
     def left_out_lines(self) -> list[str]:
@@ -113,6 +122,23 @@ class Settings:
     def left_out_json(self) -> list[dict[str, str]]:
         """The pairs left out, for the receipt."""
         return [{"engine": p.engine, "pin": p.pin, "reason": p.reason} for p in self.left_out.values()]
+
+
+def _check_device(reference: str, device: str) -> None:
+    """Refuse a ``--reference-device`` the reference engine does not run on, or that cannot answer here.
+
+    Raises:
+        OracleError: naming the engine, the device, and what was probed.
+    """
+    if device == "cpu":
+        return
+    cls = engine_class(reference)
+    devices = getattr(cls, "devices", ("cpu",))
+    if device not in devices:
+        raise OracleError(f"--reference-device {device}: engine {reference} runs on {', '.join(devices)} only")
+    why = cls.device_unavailable(device)  # type: ignore[attr-defined]  # declared where devices is
+    if why is not None:
+        raise OracleError(f"--reference-device {device}: {why}")
 
 
 def project_path(config: Any, key: str, default: str) -> Path:

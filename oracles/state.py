@@ -364,14 +364,23 @@ STATE_KEY = pytest.StashKey[RunState]()
 SETTINGS_KEY = pytest.StashKey["Settings"]()
 
 
+def _activated(config: pytest.Config) -> pytest.Stash:
+    """``config.stash`` after the session is active (activated now if it was not: the first use)."""
+    if STATE_KEY not in config.stash:
+        from oracles.plugin import ensure_active
+
+        ensure_active(config)
+    return config.stash
+
+
 def state_of(config: pytest.Config) -> RunState:
-    """The session's :class:`RunState` (set by the plugin at configure)."""
-    return config.stash[STATE_KEY]
+    """The session's :class:`RunState` (made when the session is activated: :mod:`oracles.activation`)."""
+    return _activated(config)[STATE_KEY]
 
 
 def settings_of(config: pytest.Config) -> "Settings":
-    """The session's :class:`~oracles.settings.Settings` (resolved by the plugin at configure)."""
-    return config.stash[SETTINGS_KEY]
+    """The session's :class:`~oracles.settings.Settings` (resolved when the session is activated)."""
+    return _activated(config)[SETTINGS_KEY]
 
 
 def emit(config: pytest.Config, event: str, **fields: Any) -> None:

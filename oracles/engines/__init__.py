@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 BUILTIN: dict[str, str] = {
     "torch": "oracles.engines.torch_ref:TorchReference",
+    "torch-cuda": "oracles.engines.torch_cuda:TorchCuda",
     "mlx": "oracles.engines.mlx_port:MlxPort",
     "mlx-vlm": "oracles.engines.mlx_vlm_port:MlxVlmPort",
     "mtplx": "oracles.engines.mtplx_port:MtplxPort",

@@ -54,10 +54,20 @@ class TorchReference(TorchCohort):
         root: the snapshot folder (config, weights, tokenizer, chat template).
         pin: the pin name, recorded with every figure.
         threads: ``torch.set_num_threads`` value; 0 leaves torch's default.
+        device: ``"cpu"`` (the default, :attr:`device`), ``"cuda"`` or ``"mps"`` (``--reference-device``;
+            float32 with TF32 off on CUDA: :mod:`oracles.engines.torch_cuda`).
     """
 
     id = "torch"
     device = "cpu"
+    devices = ("cpu", "cuda", "mps")
+
+    @classmethod
+    def device_unavailable(cls, device: str) -> str | None:
+        """Why ``device`` cannot run this engine here (what was probed), or None."""
+        from oracles.engines.torch_cuda import probe_device
+
+        return probe_device(device)
 
     @classmethod
     def unavailable_reason(cls) -> str | None:
@@ -75,14 +85,17 @@ class TorchReference(TorchCohort):
                     f"pin {pin.name} is {pin.model_class}")
         return None
 
-    def __init__(self, root: Path, pin: str, threads: int = 0) -> None:
+    def __init__(self, root: Path, pin: str, threads: int = 0, device: str | None = None) -> None:
         super().__init__(root, pin, threads)
         hub_offline()
         import torch
         from transformers import AutoTokenizer
 
+        from oracles.engines.torch_cuda import strict_float32
         from oracles.engines.torch_vision import VisionPath, is_vision_config, model_class
 
+        self.device = device or type(self).device
+        self._device_facts = strict_float32(self.device)  # TF32 off before any CUDA matmul
         if threads > 0:
             torch.set_num_threads(threads)
         self.tokenizer = AutoTokenizer.from_pretrained(self.root)
@@ -112,7 +125,7 @@ class TorchReference(TorchCohort):
         import torch
 
         return {**super().describe(), "model_class": type(self.model).__name__, "threads": torch.get_num_threads(),
-                "dtype": "float32", "device": self.device, "torch": str(torch.__version__)}
+                "dtype": "float32", "device": self.device, **self._device_facts, "torch": str(torch.__version__)}
 
     # -- forward and cache --------------------------------------------------------------------
     def make_cache(self) -> Any:

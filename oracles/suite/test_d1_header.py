@@ -74,10 +74,19 @@ def test_header_matches_meta_build(verified_snapshot: Callable[[str], Path], pin
 
 # -- small files written here ----------------------------------------------------------------------
 def _write(path: Path) -> Path:
-    from safetensors.numpy import save_file
-
-    save_file({"a.weight": np.arange(6, dtype=np.float32).reshape(2, 3), "b.bias": np.ones(4, np.float32),
-               "c.scale": np.zeros((1,), np.float32)}, str(path))
+    """Three float32 tensors in the safetensors layout (8-byte little-endian header length, the JSON
+    header padded with spaces to 8 bytes, the data in header order): byte for byte what
+    ``safetensors.numpy.save_file`` writes for these tensors (compared with safetensors 0.8.0), written by
+    hand so the dry tests need numpy only (safetensors is not a dependency of the plugin)."""
+    tensors = {"a.weight": np.arange(6, dtype=np.float32).reshape(2, 3), "b.bias": np.ones(4, np.float32),
+               "c.scale": np.zeros((1,), np.float32)}
+    header, data, at = {}, b"", 0
+    for name, a in tensors.items():
+        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [at, at + a.nbytes]}
+        data, at = data + a.astype("<f4").tobytes(), at + a.nbytes
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    path.write_bytes(struct.pack("<Q", len(text)) + text + data)
     return path
 
 

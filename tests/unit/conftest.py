@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy  # noqa: F401 - imported before any in-process pytester run: numpy cannot be loaded twice
 import pytest
@@ -68,3 +68,35 @@ def receipt_files_fixture() -> Callable[[Path], dict[str, list[Path]]]:
 @pytest.fixture
 def by_check() -> Callable[[dict[str, Any]], dict[str, dict[str, Any]]]:
     return tests_by_check
+
+
+@pytest.fixture
+def pin_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A project folder with an ini file (default pins folder ``fixtures/pins``), made the current folder
+    for the in-process ``oracles`` command; ``$ORACLES_HOME`` points into tmp_path, and the command's
+    pin and records stores are put back afterwards."""
+    import oracles.pins as pins
+    import oracles.records as records
+
+    folder = tmp_path / "proj"
+    folder.mkdir()
+    (folder / "pytest.ini").write_text("[pytest]\noracles = true\n")
+    monkeypatch.chdir(folder)
+    monkeypatch.setenv("ORACLES_HOME", str(tmp_path / "home"))
+    saved = (pins._STORE[0], records._STORE[0])
+    yield folder
+    pins._STORE[0], records._STORE[0] = saved
+
+
+@pytest.fixture
+def oracles_cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., tuple[int, str, str]]:
+    """``oracles_cli(*args) -> (exit status, stdout, stderr)`` of the ``oracles`` command, in-process."""
+    from oracles.cli import main
+
+    def call(*args: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        status = main(list(args))
+        out, err = capsys.readouterr()
+        return status, out, err
+
+    return call
