@@ -124,6 +124,21 @@ def plan(ref: list[Unit], port: list[Unit], ref_engine: str, port_engine: str | 
     return pairs
 
 
+def _argmax_agreement(r: Unit, p: Unit, divergent: int | None) -> dict[str, float]:
+    """``{"argmax_agreement": share}`` over the rows both units computed from the same prefix: every row
+    while the generated tokens agree, through the row of the first divergent token (its prefix is still
+    shared; later rows condition on different tokens). Empty when there is no such row or no argmax.
+    A unit without tokens (a prefill) compares its rows when both have as many."""
+    if r.argmax is None or p.argmax is None:
+        return {}
+    if divergent is None and len(r.argmax) != len(p.argmax):
+        return {}
+    n = min(len(r.argmax), len(p.argmax), len(r.argmax) if divergent is None else divergent + 1)
+    if n == 0:
+        return {}
+    return {"argmax_agreement": float(np.mean(np.asarray(r.argmax[:n]) == np.asarray(p.argmax[:n])))}
+
+
 def compare_pair(r: Unit, p: Unit, a: np.ndarray | None, b: np.ndarray | None) -> dict[str, Any]:
     """One comparison row of a matched pair (``r`` reference, ``p`` port, ``a``/``b`` their logits):
     figures, ``failures`` (one line each, reasons for exit 1), ``held`` (what was held to a threshold:
@@ -138,11 +153,11 @@ def compare_pair(r: Unit, p: Unit, a: np.ndarray | None, b: np.ndarray | None) -
                            "ref_pin": r.pin, "port_pin": p.pin, "ref_engine": r.engine, "port_engine": p.engine,
                            "ref_test": r.test, "port_test": p.test, "ids_equal": r.ids == p.ids}
     fails = [] if row["ids_equal"] else [f"ids differ at position {first_divergence(r.ids, p.ids)}"]
-    if r.argmax is not None and p.argmax is not None and len(r.argmax) and len(r.argmax) == len(p.argmax):
-        row["argmax_agreement"] = float(np.mean(np.asarray(r.argmax) == np.asarray(p.argmax)))
-    held: list[str] = []
     if r.tokens is not None and p.tokens is not None:
         row["first_divergent_token"] = first_divergence(r.tokens, p.tokens)
+    row.update(_argmax_agreement(r, p, row.get("first_divergent_token")))
+    held: list[str] = []
+    if r.tokens is not None and p.tokens is not None:
         if spec.greedy:
             held.append("tokens")
             if row["first_divergent_token"] is not None:

@@ -18,7 +18,7 @@ import math
 import re
 import zipfile
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -59,8 +59,8 @@ class Kind:
         return "[1, V]" if self.rows else "[V]"
 
 
-def _kind(name: str, holds: str, fields: str, array: str, **kw: Any) -> Kind:
-    return Kind(name, holds, frozenset(fields.split()), array, **kw)
+def _kind(name: str, holds: str, carries: str, array: str, **kw: Any) -> Kind:
+    return Kind(name, holds, frozenset(carries.split()), array, **kw)
 
 
 _READOUT = "the question id"
@@ -124,15 +124,9 @@ class Unit:
 
     def to_json(self) -> dict[str, Any]:
         """The stored form: the fields, lists for tuples, absent fields left out (``test`` never stored)."""
-        out: dict[str, Any] = {"kind": self.kind, "request_sha256": self.request_sha256, "unit": self.unit,
-                               "pin": self.pin, "engine": self.engine, "record": self.record, "ids": list(self.ids)}
-        for name in ("tokens", "argmax", "keys", "probs"):
-            if getattr(self, name) is not None:
-                out[name] = list(getattr(self, name))
-        if self.argmax_key is not None:
-            out["argmax_key"] = self.argmax_key
-        out["arrays"] = dict(self.arrays)
-        return out
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "test"}
+        return {k: list(v) if isinstance(v, tuple) else dict(v) if k == "arrays" else v
+                for k, v in out.items() if v is not None}
 
 
 class _Bad(Exception):
@@ -269,7 +263,8 @@ def _as_array(spec: Kind, role: str, a: Any) -> np.ndarray:
     return arr
 
 
-def _stored_form(kind: str, fields: dict[str, Any], arrays: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+def _stored_form(kind: str, given: dict[str, Any],
+                 arrays: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """The JSON object of a unit about to be attached (npz keys still empty) and its arrays, converted.
 
     Raises:
@@ -277,12 +272,13 @@ def _stored_form(kind: str, fields: dict[str, Any], arrays: Mapping[str, Any]) -
     """
     spec = KINDS.get(kind) if isinstance(kind, str) else None
     arrs = {role: _as_array(spec, role, a) for role, a in arrays.items()} if spec else {}
-    keys = fields["keys"]
+    keys = given["keys"]
     if isinstance(keys, str):
         raise TypeError("field 'keys' is a string, not a sequence of strings")
-    obj = {"kind": kind, **fields, "keys": None if keys is None else list(keys), "ids": _as_list(fields["ids"], "ids", "iu"),
-           "tokens": _as_list(fields["tokens"], "tokens", "iu"), "argmax": _as_list(fields["argmax"], "argmax", "iu"),
-           "probs": _as_list(fields["probs"], "probs", "iuf"), "arrays": {role: "" for role in arrs}}
+    obj = {"kind": kind, **given, "keys": None if keys is None else list(keys),
+           "ids": _as_list(given["ids"], "ids", "iu"),
+           "tokens": _as_list(given["tokens"], "tokens", "iu"), "argmax": _as_list(given["argmax"], "argmax", "iu"),
+           "probs": _as_list(given["probs"], "probs", "iuf"), "arrays": {role: "" for role in arrs}}
     if spec is not None and "readout" in spec.fields and obj["keys"] and obj["probs"]:
         obj["argmax_key"] = _top(obj["keys"], obj["probs"])
     return {k: v for k, v in obj.items() if v is not None}, arrs
@@ -308,11 +304,11 @@ def attach_unit(receipt: Receipt, kind: str, *, request_sha256: str, pin: str, e
             field, raised in the test that attached it, before anything is attached.
     """
     where = f"attach_unit({kind!r}, record {record!r}, unit {unit!r})"
-    fields = {"request_sha256": request_sha256, "unit": unit, "pin": pin, "engine": engine, "record": record,
-              "ids": ids, "tokens": tokens, "argmax": argmax, "keys": keys, "probs": probs}
+    given = {"request_sha256": request_sha256, "unit": unit, "pin": pin, "engine": engine, "record": record,
+             "ids": ids, "tokens": tokens, "argmax": argmax, "keys": keys, "probs": probs}
     try:
-        obj, arrs = _stored_form(kind, fields, arrays or {})
-        new = parse_unit({**obj, "arrays": {role: "pending" for role in arrs}})
+        obj, arrs = _stored_form(kind, given, arrays or {})
+        new = parse_unit(obj)  # npz keys still empty: nothing is attached before every field holds
     except _Bad as bad:
         raise bad.kind(f"{where}: field {bad.field!r} {bad.problem}") from None
     except (TypeError, ValueError) as exc:
@@ -325,7 +321,7 @@ def attach_unit(receipt: Receipt, kind: str, *, request_sha256: str, pin: str, e
         name = f"units[{len(stored)}].{role}"
         receipt.array(name, arr)
         obj["arrays"][role] = receipt["arrays"][name]["npz_key"]
-    done = parse_unit(obj)
+    done = replace(new, arrays=dict(obj["arrays"]))
     receipt.put_units([*stored, done.to_json()])
     return done
 
@@ -378,7 +374,7 @@ def units_of(receipt: Any, path: Path) -> list[Unit]:
             except _Bad as bad:
                 name = f"{DATA_KEY}[{n}]" + (f".{bad.field}" if bad.field else "")
                 raise ReceiptError(f"{path}: record {test}: field {name!r} {bad.problem}") from None
-            out.append(Unit(**{**u.__dict__, "test": test}))
+            out.append(replace(u, test=test))
     return out
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -254,3 +253,18 @@ def test_schema_1_receipt_refused_in_one_line(tmp_path: Path, capsys: pytest.Cap
                                        f"its comparable units are not declared records (data.units); re-run its tests "
                                        f"with this plugin to read them\n")
     assert not (tmp_path / "c.json").exists()
+
+
+def test_argmax_agreement_counts_rows_of_a_shared_prefix_only() -> None:
+    """After generated tokens diverge, rows condition on different prefixes: argmax agreement counts the
+    rows through the first divergent one (its prefix is still shared), never the rows after it."""
+    from oracles.compare import compare_pair
+    from oracles.units import Unit
+
+    def gen(tokens: list[int], argmax: list[int]) -> Unit:
+        return Unit("generate-sampled", SHA, "", PIN, "e", "arith", (1, 2), tuple(tokens), tuple(argmax))
+
+    row = compare_pair(gen([5, 6, 7, 8], [5, 6, 1, 1]), gen([5, 6, 9, 9], [5, 6, 1, 2]), None, None)
+    assert row["first_divergent_token"] == 2 and row["argmax_agreement"] == 1.0  # rows 0..2; row 3 left out
+    row = compare_pair(gen([5, 6], [5, 6]), gen([5, 6], [5, 4]), None, None)
+    assert row["argmax_agreement"] == 0.5 and row["status"] == "recorded only"
