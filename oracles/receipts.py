@@ -19,7 +19,9 @@ from typing import Any, Iterable, Mapping
 
 from oracles.errors import FixtureError, ReceiptError
 
-SCHEMA_VERSION = 1
+#: 2: comparable units are declared records under a test's ``data.units`` (:mod:`oracles.units`), no
+#: longer loose fields of its data; a reader refuses a receipt of another schema.
+SCHEMA_VERSION = 2
 
 #: Every outcome a test record can have. ``crashed``: the worker died mid-test; ``timeout``:
 #: pytest-timeout stopped it; ``not_run``: it never started (``--deadline``, or the run was cut short).
@@ -200,7 +202,8 @@ class Receipt:
     ``receipt["key"] = value`` and ``receipt.update(...)`` validate at once (see
     :func:`oracles.receipts.check_json_safe`): a set, a numpy scalar or an array raises TypeError
     naming the key. ``receipt.array(name, a)`` stores ``a`` in the run's npz sidecar under
-    ``<test>::<name>`` and attaches its key, shape and dtype.
+    ``<test>::<name>`` and attaches its key, shape and dtype. The key ``units`` is written only by
+    :func:`oracles.units.attach_unit` (through :meth:`put_units`), which checks each unit.
     """
 
     def __init__(self, data: dict[str, Any], staging: Path | None, nodeid: str) -> None:
@@ -209,11 +212,22 @@ class Receipt:
     def __setitem__(self, key: str, value: Any) -> None:
         if type(key) is not str:
             raise TypeError(f"receipt data key {key!r} is a {type(key).__name__}, not a str")
+        if key == "units":
+            raise TypeError("receipt data 'units': comparable units are attached with oracles.units.attach_unit, "
+                            "which checks them against their kind")
         check_json_safe(value, key)
         self._data[key] = value
 
     def __getitem__(self, key: str) -> Any:
         return self._data[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._data.get(key, default)
+
+    def put_units(self, units: list[dict[str, Any]]) -> None:
+        """Store the checked units of this test (the writer :func:`oracles.units.attach_unit` calls this)."""
+        check_json_safe(units, "units")
+        self._data["units"] = units
 
     def update(self, values: dict[str, Any] | None = None, **kw: Any) -> None:
         for key, value in {**(values or {}), **kw}.items():

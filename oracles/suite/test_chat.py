@@ -20,6 +20,7 @@ from oracles.families import execution as ex
 from oracles.families.chat import ChatRecord
 from oracles.fingerprint import fingerprint
 from oracles.pins import untrained_reason
+from oracles.units import attach_unit
 
 pytestmark = [pytest.mark.mtplx_chat, pytest.mark.slow]
 
@@ -62,14 +63,15 @@ def test_turns_finish_with_stop(runs: Callable[..., Any], engine: Any, record: C
     if (engine.pin, record.id) in NO_STOP and untrained is None:
         request.applymarker(pytest.mark.xfail(strict=True, reason=NO_STOP[(engine.pin, record.id)]))
     run = _run(runs, engine, record)
-    receipt.update(request_sha256=record.sha256, record=record.id, engine=engine.id, kind="chat", max_new_tokens=record.max_new_tokens,
-                   turns=[{"turn": t.index + 1, "suffix_ids": t.suffix, "tokens": t.tokens, "text": engine.decode(t.tokens),
+    for t in run.turns:  # one comparable unit a turn: its suffix ids, its tokens, its warm logits
+        attach_unit(receipt, "chat", request_sha256=record.sha256, pin=engine.pin, engine=engine.id, record=record.id,
+                    unit=f"turn{t.index + 1}", ids=t.suffix, tokens=t.tokens, arrays={"warm_logits": t.warm})
+    receipt.update(max_new_tokens=record.max_new_tokens,
+                   turns=[{"turn": t.index + 1, "text": engine.decode(t.tokens),
                            "finish_reason": t.finish_reason, "completion_tokens": t.completion_tokens,
                            "cached_tokens": len(t.frontier), "prefill_seconds": round(t.prefill_seconds, 4),
                            "decode_seconds": round(t.decode_seconds, 4), "warm_logits": dict(fingerprint(t.warm))}
                           for t in run.turns], final_tokens=len(run.final_ids))
-    for t in run.turns:
-        receipt.array(f"turn{t.index + 1}_warm_logits", t.warm)
     if untrained:
         pytest.skip(untrained)
     bad = [(t.index + 1, t.finish_reason, len(t.tokens)) for t in run.turns if t.finish_reason != "stop"]

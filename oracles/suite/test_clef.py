@@ -24,6 +24,7 @@ from oracles.families import clef
 from oracles.families.clef_run import (STREAM_RUNS, Row, RowRun, absmax_record, all_rows, build_prompt, memo_row,
                                        run_decode, vision_spec)
 from oracles.fingerprint import fingerprint
+from oracles.units import attach_unit
 
 pytestmark = [pytest.mark.clef, pytest.mark.slow]
 
@@ -174,11 +175,11 @@ def test_readout(runs: Callable[..., Any], engine: Any, row: Row, clef_root: Pat
     keys = list(row.question.keys)
     gold = row.record.request.gold.get(row.question.qid)
     top = keys[readout.argmax(run.probs)]
-    receipt.update(kind="clef-row", record=row.record.id, arm=row.arm, unit=row.question.qid,
-                   request_sha256=clef.arm_sha256(row.record, row.arm), ids=run.ids, keys=keys, probs=run.probs,
-                   argmax_key=top, gold_key=gold, gold_match=None if gold is None else gold == top,
+    attach_unit(receipt, "clef-row", request_sha256=clef.arm_sha256(row.record, row.arm), pin=engine.pin,
+                engine=engine.id, record=f"{row.record.id}/{row.arm}", unit=row.question.qid, ids=run.ids, keys=keys,
+                probs=run.probs, arrays={"slot_logits": slot})
+    receipt.update(arm=row.arm, gold_key=gold, gold_match=None if gold is None else gold == top,
                    top2_gap=readout.top2_gap(run.probs), seconds=round(run.seconds, 4))
-    receipt.array("slot_logits", slot)
     assert abs(sum(run.probs) - 1.0) < 1e-12, f"{row.label}: probabilities sum to {sum(run.probs)!r}"
 
 

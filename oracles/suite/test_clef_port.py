@@ -3,8 +3,8 @@
 Both engines' runs are the session runs of ``test_clef.py`` (the same memo key), so a row runs once per
 engine whichever module asks first. A port runs the rows ``--port-records`` selects (``sample``: rows
 of at most :data:`oracles.families.clef_run.CLEF_SAMPLE_TOKENS` tokens, every built-in row). The
-thresholds are the float32 ones of :mod:`oracles.checks.port`; ``oracles compare R.json R.json
---port-engine mlx-vlm`` holds the same rows again from the receipt's ``clef-row`` units.
+thresholds are the float32 ones of :mod:`oracles.checks.port`; ``oracles compare R.json R.json``
+holds the same rows again from the receipt's ``clef-row`` units (mlx-vlm is the port on the clef pin).
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from oracles.families.d1_rows import RowsView, load_arms, rows_view
 from oracles.families.d1_run import D1_SAMPLE_TOKENS, FULL_BUCKETS, RequestRun, row_pass, run_request
 from oracles.fingerprint import as_f4, fingerprint
 from oracles.port_scope import PortScope
+from oracles.units import attach_unit
 
 pytestmark = [pytest.mark.d1, pytest.mark.slow]
 
@@ -108,17 +109,16 @@ def _row_run(runs: Callable[..., Any], engine: Any, key: tuple[str, str], config
 
 
 def _facts(pin: str, key: tuple[str, str], probs: list[float]) -> dict[str, Any]:
+    """The figures ``oracles summarize`` reads beside a question's read-out unit (which holds its record,
+    question id, pin, engine, keys, probabilities and answer)."""
     rid, qid = key
     row, meta = _row(pin, key), _view(pin).meta[rid]
-    keys = row["keys"]
-    top = readout.argmax(probs)
+    top = row["keys"][readout.argmax(probs)]
     gold = REQUESTS[rid].gold.get(qid)
     gap = readout.top2_gap(probs)
-    return {"record": rid, "qid": qid, "source": meta["source"], "type": row["type"], "pin": pin,
-            "bucket": meta["bucket"], "path": meta["path"], "row_len": row["row_len"],
-            "request_sha256": meta["sha256"], "keys": keys, "probs": probs, "argmax_key": keys[top],
-            "gold_key": gold, "gold_match": None if gold is None else gold == keys[top], "top2_gap": gap,
-            "near_tie": gap <= d1.NEAR_TIE}
+    return {"source": meta["source"], "type": row["type"], "bucket": meta["bucket"], "path": meta["path"],
+            "row_len": row["row_len"], "gold_key": gold, "gold_match": None if gold is None else gold == top,
+            "top2_gap": gap, "near_tie": gap <= d1.NEAR_TIE}
 
 
 @pytest.mark.parametrize("key", QUESTIONS, ids=[_label(k) for k in QUESTIONS])
@@ -151,9 +151,11 @@ def test_readout(runs: Callable[..., Any], engine: Any, key: tuple[str, str], py
     run = _row_run(runs, engine, key, pytestconfig)
     groups = _row(engine.pin, key)["readout_ids"]
     again = readout.group_probabilities(run.logz, groups)
-    receipt.update(_facts(engine.pin, key, run.probs), kind="d1-row", unit=key[1], engine=engine.id, ids=list(run.ids),
-                   seconds=round(run.seconds, 4), logz_groups=[[float(run.logz[i]) for i in g] for g in groups])
-    receipt.array("slot_logits", run.logits)  # [1, V] float32: `oracles compare` holds a port's against the reference's
+    attach_unit(receipt, "d1-row", request_sha256=_view(engine.pin).meta[key[0]]["sha256"], pin=engine.pin,
+                engine=engine.id, record=key[0], unit=key[1], ids=run.ids, keys=_row(engine.pin, key)["keys"],
+                probs=run.probs, arrays={"slot_logits": run.logits})  # [1, V]: `oracles compare` holds a port's to it
+    receipt.update(_facts(engine.pin, key, run.probs), seconds=round(run.seconds, 4),
+                   logz_groups=[[float(run.logz[i]) for i in g] for g in groups])
     assert len(run.probs) == len(groups), f"{_label(key)}: {len(run.probs)} probabilities for {len(groups)} groups"
     readout.assert_probs_equal(again, run.probs, f"{_label(key)}: readout(logz) vs the row's probabilities")
     assert abs(sum(run.probs) - 1.0) < 1e-12, f"{_label(key)}: probabilities sum to {sum(run.probs)!r}"
@@ -207,7 +209,7 @@ def test_tree_split(runs: Callable[..., Any], engine: Any, rid: str, pytestconfi
     tree = run.tree
     assert tree is not None, f"{rid}: a request with several questions ran no tree"
     rows_s = sum(r.seconds for r in run.rows.values())
-    receipt.update(engine=engine.id, trunk_len=len(tree.trunk), branch_lens=[len(b) for b in tree.branches], bucket=meta["bucket"],
+    receipt.update(engine=engine.id, pin=engine.pin, trunk_len=len(tree.trunk), branch_lens=[len(b) for b in tree.branches], bucket=meta["bucket"],
                    questions=len(tree.branches), tree_seconds=round(tree.seconds, 4), rows_seconds=round(rows_s, 4),
                    trunk_seconds=round(tree.trunk_seconds, 4), tree_over_rows=round(tree.seconds / rows_s, 4))
     assert_ids_equal(tree.trunk, meta["trunk"], f"{rid}: recorded trunk vs the pin's d1 rows")
@@ -240,11 +242,10 @@ def test_tree_readout(runs: Callable[..., Any], engine: Any, key: tuple[str, str
     assert_bits_equal(tree.logz[k], readout.log_softmax(tree.logits[k][0]), f"{_label(key)}: tree logz vs log_softmax(logits)")
     again = readout.group_probabilities(tree.logz[k], _row(engine.pin, key)["readout_ids"])
     keys = _row(engine.pin, key)["keys"]
-    receipt.update(kind="d1-tree", unit=key[1], record=key[0], qid=key[1], engine=engine.id,
-                   request_sha256=_view(engine.pin).meta[key[0]]["sha256"], ids=tree.trunk + tree.branches[k], keys=keys, probs=tree.probs[k],
-                   argmax_key=keys[readout.argmax(tree.probs[k])], probs_tree=tree.probs[k],
-                   seconds_branch=round(tree.branch_seconds[k], 4))
-    receipt.array("slot_logits", tree.logits[k])  # [1, V] float32 at the branch's answer slot, for `oracles compare`
+    attach_unit(receipt, "d1-tree", request_sha256=_view(engine.pin).meta[key[0]]["sha256"], pin=engine.pin,
+                engine=engine.id, record=key[0], unit=key[1], ids=tree.trunk + tree.branches[k], keys=keys,
+                probs=tree.probs[k], arrays={"slot_logits": tree.logits[k]})  # [1, V] at the branch's answer slot
+    receipt.update(seconds_branch=round(tree.branch_seconds[k], 4))
     readout.assert_probs_equal(again, tree.probs[k], f"{_label(key)}: readout(tree logz) vs the tree's probabilities")
 
 
@@ -260,7 +261,7 @@ def test_tree_vs_row(runs: Callable[..., Any], engine: Any, key: tuple[str, str]
     dp = readout.max_abs_dp(run.tree.probs[k], row.probs)
     dl = diff(run.tree.logits[k], row.logits)
     facts = _facts(engine.pin, key, run.tree.probs[k])
-    receipt.update(engine=engine.id, max_abs_dp=dp, max_abs_dlogit=dl.max_abs, logits_bit_equal=dl.equal, tol=TREE_ROW_DP_TOL,
+    receipt.update(engine=engine.id, pin=engine.pin, max_abs_dp=dp, max_abs_dlogit=dl.max_abs, logits_bit_equal=dl.equal, tol=TREE_ROW_DP_TOL,
                    argmax_equal=readout.argmax(row.probs) == readout.argmax(run.tree.probs[k]),
                    gold_match_tree=facts["gold_match"], probs_tree=run.tree.probs[k], probs_row=row.probs)
     assert dp <= TREE_ROW_DP_TOL, (f"{_label(key)}: tree vs row max |dp| {dp:.3e} > {TREE_ROW_DP_TOL:g} "
@@ -300,7 +301,7 @@ def test_red_arm(runs: Callable[..., Any], engine: Any, arm: tuple[str, str], py
     assert row["keys"] == _row(engine.pin, base_key)["keys"], f"{arm_id}: keys {row['keys']} differ from the base's"
     dp = readout.max_abs_dp(arm_run.probs, base.probs)
     keys = row["keys"]
-    receipt.update(engine=engine.id, kind=spec["kind"], base=_label(base_key), max_abs_dp=dp, threshold=d1.RED_ARM_MIN,
+    receipt.update(engine=engine.id, pin=engine.pin, kind=spec["kind"], base=_label(base_key), max_abs_dp=dp, threshold=d1.RED_ARM_MIN,
                    probs_base=base.probs, probs_arm=arm_run.probs, argmax_base=keys[readout.argmax(base.probs)],
                    argmax_arm=keys[readout.argmax(arm_run.probs)], measured_at_adoption=spec["measured"]["max_abs_dp"],
                    row_len=len(row["ids"]))

@@ -16,6 +16,7 @@ from oracles.families.decode import recompute_steps
 from oracles.families.mtplx import PromptRecord, load_prompts
 from oracles.fingerprint import as_f4, row_fingerprints
 from oracles.pins import untrained_reason
+from oracles.units import attach_unit
 
 pytestmark = [pytest.mark.mtplx, pytest.mark.slow]
 
@@ -38,13 +39,13 @@ def test_decode_to_stop(runs: Callable[..., Any], engine: Any, record: PromptRec
     """Greedy decode through the cache reaches a stop token within the cap (the cap is recorded). On
     an untrained pin the figures are recorded and the stop check skips, naming the pin's declaration."""
     run = ex.decode(runs, engine, record)
-    receipt.update(request_sha256=record.sha256, record=record.id, engine=engine.id, kind="decode", ids=list(record.ids),
-                   tokens=run.tokens, text=engine.decode(run.tokens), finish_reason=run.finish_reason,
-                   max_new_tokens=run.max_new_tokens, argmax=[int(i) for i in run.step_logits.argmax(-1)],
+    attach_unit(receipt, "decode", request_sha256=record.sha256, pin=engine.pin, engine=engine.id, record=record.id,
+                ids=record.ids, tokens=run.tokens, argmax=run.step_logits.argmax(-1),
+                arrays={"last_logits": run.step_logits[-1]})
+    receipt.update(text=engine.decode(run.tokens), finish_reason=run.finish_reason, max_new_tokens=run.max_new_tokens,
                    row_sha256=row_fingerprints(run.step_logits, f"{record.id}: decode step logits"),
                    prefill_seconds=round(run.prefill_seconds, 4), decode_seconds=round(run.decode_seconds, 4),
                    decode_tokens_per_second=round(run.decode_tokens_per_second, 3))
-    receipt.array("last_logits", run.step_logits[-1])
     assert run.tokens, f"{record.id}: no token decoded"
     if why := untrained_reason(engine.pin, "ending a generation with a stop token"):
         pytest.skip(why)
@@ -121,7 +122,7 @@ def test_prefill_comparable(runs: Callable[..., Any], engine: Any, prompt: Promp
     ``oracles compare``: ids, per-row argmax and fingerprints, the last row's logits in the npz."""
     step = ex.prefill(runs, engine, prompt)
     argmax = [int(i) for i in step.logits.argmax(-1)]
-    receipt.update(request_sha256=prompt.sha256, record=prompt.id, engine=engine.id, kind="prefill", ids=list(prompt.ids),
-                   argmax=argmax, row_sha256=row_fingerprints(step.logits, f"{prompt.id}: prefill logits"))
-    receipt.array("last_logits", step.logits[-1])
+    attach_unit(receipt, "prefill", request_sha256=prompt.sha256, pin=engine.pin, engine=engine.id, record=prompt.id,
+                ids=prompt.ids, argmax=argmax, arrays={"last_logits": step.logits[-1]})
+    receipt.update(row_sha256=row_fingerprints(step.logits, f"{prompt.id}: prefill logits"))
     assert len(argmax) == len(prompt.ids), f"{prompt.id}: {len(argmax)} logit rows for {len(prompt.ids)} ids"

@@ -15,6 +15,7 @@ from oracles.families import execution as ex
 from oracles.families.mtplx import PromptRecord
 from oracles.fingerprint import fingerprint, row_fingerprints
 from oracles.pins import untrained_reason
+from oracles.units import attach_unit
 
 pytestmark = [pytest.mark.mtplx, pytest.mark.slow]
 
@@ -32,16 +33,17 @@ def test_generation_to_stop(runs: Callable[..., Any], engine: Any, record: Promp
     """The engine's own generation reaches a stop token within the cap; every figure recorded. On an
     untrained pin the figures are recorded and the stop check skips, naming the pin's declaration."""
     gen = ex.generate(runs, engine, record, mode)
-    receipt.update(request_sha256=record.sha256, record=record.id, engine=engine.id, kind=f"generate-{mode}", ids=list(record.ids),
-                   sampler=ex.SAMPLERS[mode].to_json(), max_new_tokens=ex.MAX_NEW_TOKENS, tokens=gen.tokens,
+    stepped = len(gen.step_logits) > 0
+    attach_unit(receipt, f"generate-{mode}", request_sha256=record.sha256, pin=engine.pin, engine=engine.id,
+                record=record.id, ids=record.ids, tokens=gen.tokens,
+                argmax=gen.step_logits.argmax(-1) if stepped else [],
+                arrays={"last_logits": gen.step_logits[-1]} if stepped else {})
+    receipt.update(sampler=ex.SAMPLERS[mode].to_json(), max_new_tokens=ex.MAX_NEW_TOKENS,
                    text=gen.text, finish_reason=gen.finish_reason, stop_token_ids=sorted(engine.eos_token_ids),
                    step_logits_rows=int(gen.step_logits.shape[0]),
-                   step_row_sha256=row_fingerprints(gen.step_logits, f"{record.id} {mode}: step logits") if len(gen.step_logits) else [],
-                   argmax=[int(i) for i in gen.step_logits.argmax(-1)] if len(gen.step_logits) else [],
+                   step_row_sha256=row_fingerprints(gen.step_logits, f"{record.id} {mode}: step logits") if stepped else [],
                    prefill_seconds=round(gen.prefill_seconds, 4),
                    decode_tokens_per_second=round(gen.decode_tokens_per_second, 3))
-    if len(gen.step_logits):
-        receipt.array("last_logits", gen.step_logits[-1])
     assert gen.tokens, f"{record.id} {mode}: no token generated"
     assert not (set(gen.tokens[:-1]) & engine.eos_token_ids), f"{record.id} {mode}: generation ran past a stop token"
     if why := untrained_reason(engine.pin, "ending a generation with a stop token"):

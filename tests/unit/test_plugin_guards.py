@@ -16,6 +16,7 @@ from typing import Any, Callable
 import pytest
 
 from oracles.pins import BUILTIN_PINS, DEFAULT_PIN, load_pin
+from oracles.receipts import SCHEMA_VERSION
 
 DEADLINE_SUITE = """
 import time
@@ -120,7 +121,7 @@ def _pin_row(**override: Any) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(("edit", "expected"), [
-    ({"schema_version": 999}, "schema_version 999 differs from this plugin's 1"),
+    ({"schema_version": 999}, f"schema_version 999 differs from this plugin's {SCHEMA_VERSION}"),
     ({"invocation.reference": "mlx"}, "invocation.reference 'mlx' differs from this run's 'torch'"),
     ({"invocation.port": "none"}, "invocation.port 'none' differs from this run's 'auto'"),
     ({"pins": [_pin_row(digest="0" * 64)]},
@@ -163,7 +164,7 @@ def test_resume_from_partial_log_checks_its_header_and_records_unchecked_pins(
     (partial,) = receipt_files(pytester.path / "one")["partial"]
     lines = partial.read_text().splitlines()
     start = json.loads(lines[0])
-    assert (start["schema_version"], start["reference"], start["port"]) == (1, "torch", "auto"), start
+    assert (start["schema_version"], start["reference"], start["port"]) == (SCHEMA_VERSION, "torch", "auto"), start
     result = pytester.runpytest(f"--resume={partial}", "--receipts-dir", "two")
     result.assert_outcomes(skipped=2)
     result.stdout.fnmatch_lines([f"resumed: 2 tests carried over as passed from {partial} (a partial log records "

@@ -19,6 +19,7 @@ import pytest
 
 import oracles.engines
 from oracles.pins import BUILTIN_PINS, oracles_home
+from oracles.receipts import SCHEMA_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Read at import, before pytester points $HOME at its temporary folder (where ~/.cache/oracles,
@@ -97,7 +98,7 @@ def test_receipt_has_every_field(fields_run: tuple[pytest.RunResult, Path, dict[
     result.assert_outcomes(passed=3, failed=1, skipped=1, deselected=1)
     match = re.fullmatch(r"(\d{8}T\d{6}Z)-([0-9a-f]{8})\.json", path.name)
     assert match and match.group(2) == r["run_id"], path.name
-    assert r["schema_version"] == 1
+    assert r["schema_version"] == SCHEMA_VERSION
     assert r["started"].startswith(f"{match.group(1)[:4]}-") and r["started"] <= r["finished"]
     assert r["started"].endswith("Z") and r["finished"].endswith("Z")
     assert r["seconds"] > 0 and r["exitstatus"] == 1
