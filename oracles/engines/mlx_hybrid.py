@@ -31,7 +31,7 @@ KNOWN_GAPS: dict[str, str] = {
         "mlx-lm 0.32.2 speculative_generate_step keeps rejected drafts once a RotatingKVCache has wrapped: its "
         "_rewind_cache ignores trim_prompt_cache's count, which is 0 when offset >= max_size (is_trimmable); "
         "measured on 'arith', window 48, twin draft: the target cache reaches offset 48 at the 3rd token, "
-        "trims 0 of 3 from then on, and the tokens differ from AR from position 3 (198 vs 40), 60 of 64"),
+        "trims 0 of 3 from then on, and the tokens differ from AR from position 3 (198 vs 40; 64-token cap: 60 of 64 differ)"),
 }
 
 
