@@ -16,9 +16,10 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from oracles.errors import OracleError
+from oracles.families.localise import localise
 
 FAULT_PREFIX = "fault:"
 
@@ -35,61 +36,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads; default: %(default)s")
     parser.add_argument("--out", type=Path, default=Path("receipts") / "bisect",
                         help="folder for the JSON and PNG; default: %(default)s")
-
-
-class CannotLocalise(OracleError):
-    """An engine without per-layer states (``forward(layers=True)`` refused); ``engine`` names it."""
-
-    def __init__(self, engine: str, why: str) -> None:
-        super().__init__(f"engine {engine!r} cannot be localised: {why}")
-        self.engine, self.why = engine, why
-
-
-def capture(engine: Any, ids: Sequence[int]) -> dict[str, Any]:
-    """One cold prefill's arrays: ``stream``, ``hidden``, ``logits``, and ``attn``/``mlp`` where the
-    engine taps inside its layers (``Engine.taps``); the stream alone where it only has
-    ``forward(layers=True)``.
-
-    Raises:
-        CannotLocalise: the engine has neither.
-    """
-    from oracles.engines.base import Unsupported
-
-    try:
-        t = engine.taps(list(ids))
-        return {"stream": t.stream, "attn": t.attn, "mlp": t.mlp, "hidden": t.hidden, "logits": t.logits}
-    except Unsupported:
-        pass
-    try:
-        step = engine.forward(list(ids), layers=True)
-    except Unsupported as exc:
-        raise CannotLocalise(engine.id, exc.why or str(exc)) from None
-    if step.layers is None:
-        raise CannotLocalise(engine.id, "forward(layers=True) returned no layer states")
-    return {"stream": step.layers, "hidden": step.hidden, "logits": step.logits}
-
-
-def localise(reference: Any, port: Any, ids: Sequence[int], record: str) -> dict[str, Any]:
-    """Both engines on ``ids``; the JSON-safe report: every stage, the named one (``divergent``, or
-    None), attention vs MLP inside it where both sides tap them, or ``cannot_localise`` naming the
-    engine without layer states (then no stages)."""
-    from oracles.checks.bisect import first_divergent, inside_layer, stages
-
-    report: dict[str, Any] = {"pin": reference.pin, "record": record, "reference": reference.id, "port": port.id,
-                              "tokens": len(ids), "stages": [], "divergent": None, "inside": None, "cannot_localise": None}
-    try:
-        ref, got = capture(reference, ids), capture(port, ids)
-    except CannotLocalise as exc:
-        report["cannot_localise"] = {"engine": exc.engine, "why": exc.why}
-        return report
-    found = stages(ref, got)
-    report["stages"] = [s.to_json() for s in found]
-    i = first_divergent(found)
-    if i is not None:
-        report["divergent"] = found[i].name
-        if found[i].name.startswith("layer ") and "attn" in ref and "attn" in got:
-            report["inside"] = inside_layer(int(found[i].name.split()[1]), ref, got)
-    return report
 
 
 def table(report: dict[str, Any]) -> list[str]:

@@ -72,7 +72,7 @@ def bisect_row(runs: Runs, engines: Callable[..., Any], reference_id: str, pin: 
                fault: str) -> tuple[dict[str, Any], Any]:
     """``oracles bisect``'s report of the port against its faithful engine on "ping" (a cold
     prefill), and the port."""
-    from oracles.commands.bisect import localise
+    from oracles.families.localise import localise
 
     reference, port = engines_of(runs, engines(reference_id, pin), pin, fault)
     report = runs(("faults-bisect", pin, fault), lambda: localise(reference, port, list(PING.bind(pin).ids), PING.id))

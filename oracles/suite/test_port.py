@@ -19,6 +19,7 @@ from oracles.checks.exact import assert_ids_equal
 from oracles.checks.port import assert_within_thresholds, first_divergence, held_figures
 from oracles.engines.base import Step
 from oracles.families import execution as ex
+from oracles.families.localise import localise
 from oracles.families.mtplx import PromptRecord, load_prompts
 
 pytestmark = [pytest.mark.port, pytest.mark.slow]
@@ -32,11 +33,22 @@ def record(request: pytest.FixtureRequest, pin: str) -> PromptRecord:
     return request.param.bind(pin)
 
 
-def _held(what: str, ref_logits: Any, port_logits: Any, receipt: Any) -> dict[str, Any]:
+def _held(what: str, ref_logits: Any, port_logits: Any, receipt: Any,
+          localise_on: tuple[Any, Any, PromptRecord] | None = None) -> dict[str, Any]:
+    """Hold the logits to the fp32 thresholds. When they fail and ``localise_on`` gives (reference,
+    port, record), the receipt gains a ``bisect`` section: the first stage (layer, attention or MLP
+    inside it) where the port leaves the reference on that record (:mod:`oracles.families.localise`),
+    or which engine cannot be localised."""
     __tracebackhide__ = True
     fig = held_figures(what, ref_logits, port_logits)
     receipt.update(fig)
-    assert_within_thresholds(what, fig)
+    try:
+        assert_within_thresholds(what, fig)
+    except AssertionError:
+        if localise_on is not None:
+            reference, port, record = localise_on
+            receipt["bisect"] = localise(reference, port, list(record.ids), record.id)
+        raise
     return fig
 
 
@@ -47,7 +59,8 @@ def test_prefill_vs_reference(runs: Callable[..., Any], reference: Any, port: An
     assert_ids_equal(ids, reference.chat_ids(record.message_list), f"{record.id}: port vs reference chat-template ids")
     ref, got = ex.prefill(runs, reference, record), ex.prefill(runs, port, record)
     receipt.update(request_sha256=record.sha256, kind="prefill", port=port.id, reference=reference.id)
-    _held(f"{record.id}: prefill logits, port {port.id} vs {reference.id}", ref.logits, got.logits, receipt)
+    _held(f"{record.id}: prefill logits, port {port.id} vs {reference.id}", ref.logits, got.logits, receipt,
+          localise_on=(reference, port, record))
 
 
 @pytest.mark.parametrize("record", ex.GENERATION, ids=[r.id for r in ex.GENERATION], indirect=True)
@@ -123,3 +136,22 @@ def test_nan_port_names_record_and_position(runs: Callable[..., Any], reference:
     message = str(err.value)
     receipt.update(message=message)
     assert f"{record.id}:" in message and "position 5" in message and "non-finite" in message, message
+
+
+def test_failed_record_is_localised(runs: Callable[..., Any], reference: Any, receipt: Any) -> None:
+    """Positive control of the port family's bisect section: a port with the MLP's gate and up
+    projections swapped (oracles.faults) fails the prefill thresholds, and the receipt names the
+    stage the fault was injected in, where the engine can be localised."""
+    from oracles.faults import FAULTS, fault_port
+
+    record = PROMPTS[0].bind(reference.pin)
+    port = fault_port("gate_up_swapped", reference)
+    ref, got = ex.prefill(runs, reference, record), port.forward(list(record.ids))
+    with pytest.raises(AssertionError):
+        _held(f"{record.id}: prefill logits, port {port.id} vs {reference.id}", ref.logits, got.logits, receipt,
+              localise_on=(reference, port, record))
+    report = receipt["bisect"]
+    want = FAULTS["gate_up_swapped"]().stage(reference)
+    receipt.update(injected_at=want)
+    assert report["cannot_localise"] is None, report["cannot_localise"]
+    assert report["divergent"] == want, f"bisect named {report['divergent']!r}, the fault sits in {want!r}"

@@ -16,7 +16,7 @@ import pytest
 
 from oracles.checks.bisect import FLOOR_AT_0, FLOOR_PER_LAYER
 from oracles.checks.exact import assert_bits_equal
-from oracles.commands.bisect import localise
+from oracles.families.localise import localise
 from oracles.faults.panel import PING
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from oracles.checks.bisect import budget, first_divergent, inside_layer, row_nmse, stages, sublayer_budget
-from oracles.commands.bisect import localise, table
+from oracles.commands.bisect import table
+from oracles.families.localise import localise
 from oracles.engines.base import Unsupported
 
 pytestmark = pytest.mark.dry

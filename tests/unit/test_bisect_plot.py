@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from oracles.commands.bisect import localise, plot
+from oracles.commands.bisect import plot
+from oracles.families.localise import localise
 from test_bisect_dry import FakeEngine, forward_arrays, perturbed
 
 
