@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from oracles.engines.base import Unsupported
 from oracles.collect import markers_of
+from oracles.engines.base import Unsupported
 from oracles.errors import OracleError
 from oracles.families import family_of
 from oracles.pins import parse_snapshot_options

@@ -228,7 +228,7 @@ def _load_file(path: Path) -> Pin:
                trained=trained)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _cached_pin(name: str) -> Pin:
     return load_pin(name)
 

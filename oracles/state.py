@@ -18,8 +18,8 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from functools import cached_property
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -53,7 +53,7 @@ VERSIONED = ("python", "numpy", "torch", "transformers", "tokenizers", "safetens
 
 
 def utc_now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def worker_id(config: Any = None) -> str:
@@ -176,14 +176,14 @@ class RunState:
             run_id: str | None = None, started_wall: float | None = None) -> "RunState":
         started_wall = time.time() if started_wall is None else started_wall
         return cls(run_id=run_id or secrets.token_hex(4), started_wall=started_wall,
-                   started=datetime.fromtimestamp(started_wall, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+                   started=datetime.fromtimestamp(started_wall, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
                    receipts_dir=receipts_dir, tag=tag, deadline=deadline, controller=controller)
 
     # -- paths -------------------------------------------------------------------------------
     # Computed once: the receipt fixture asks for the staging folder in every test.
     @cached_property
     def stem(self) -> str:
-        stamp = datetime.fromtimestamp(self.started_wall, timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        stamp = datetime.fromtimestamp(self.started_wall, UTC).strftime("%Y%m%dT%H%M%SZ")
         return f"{stamp}-{self.run_id}"
 
     @cached_property

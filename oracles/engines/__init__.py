@@ -38,7 +38,7 @@ def registry() -> dict[str, str]:
     return out
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _load(engine_id: str) -> "type[Engine] | str":
     """The class of ``engine_id``, or a one-line reason it cannot be had (unknown, import failed, wrong class)."""
     from oracles.engines.base import Engine

@@ -27,8 +27,17 @@ if TYPE_CHECKING:
     from oracles.pins import Pin
 
 
-from oracles.engines.types import (ContextTooShort, Generation, Prompt, Sampler, Step, Unsupported,  # noqa: F401
-                                   as_prompt, digest_buffers, hub_offline)
+from oracles.engines.types import (  # noqa: F401
+    ContextTooShort,
+    Generation,
+    Prompt,
+    Sampler,
+    Step,
+    Unsupported,
+    as_prompt,
+    digest_buffers,
+    hub_offline,
+)
 
 
 class Engine:

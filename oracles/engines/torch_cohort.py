@@ -37,8 +37,14 @@ BATCH_VARIANCE = (
 
 def _layer_kind(layer: Any) -> str:
     """``"dynamic"``, ``"static"``, ``"linear"``, or the class name of an entry this module cannot handle."""
-    from transformers.cache_utils import (CacheLayerMixin, DynamicLayer, DynamicSlidingWindowLayer,
-                                          LinearAttentionCacheLayerMixin, StaticLayer, StaticSlidingWindowLayer)
+    from transformers.cache_utils import (
+        CacheLayerMixin,
+        DynamicLayer,
+        DynamicSlidingWindowLayer,
+        LinearAttentionCacheLayerMixin,
+        StaticLayer,
+        StaticSlidingWindowLayer,
+    )
 
     if isinstance(layer, LinearAttentionCacheLayerMixin):
         return type(layer).__name__ if isinstance(layer, CacheLayerMixin) else "linear"

@@ -30,8 +30,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from oracles.checks.cohort import (LaneState, Mismatch, Tally, compare_cohort, compare_lane, fixed_lanes,
-                                   to_physical)
+from oracles.checks.cohort import LaneState, Mismatch, Tally, compare_cohort, compare_lane, fixed_lanes, to_physical
 
 LANES = 4
 #: Physical row p of every batch holds logical lane MAP[p] (the seed's map): every lane moves, so a

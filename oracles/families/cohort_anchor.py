@@ -27,8 +27,16 @@ import numpy as np
 
 from oracles.checks.cohort import LaneState, Mismatch, Tally, compare_cohort, compare_lane, first_unequal, to_physical
 from oracles.engines.base import digest_buffers
-from oracles.families.cohort import (IDENTITY, LANES, PHYSICAL_TO_LOGICAL, CohortSpec, cohort_step, extension_tokens,
-                                     serial_step, supplied_tokens)
+from oracles.families.cohort import (
+    IDENTITY,
+    LANES,
+    PHYSICAL_TO_LOGICAL,
+    CohortSpec,
+    cohort_step,
+    extension_tokens,
+    serial_step,
+    supplied_tokens,
+)
 
 SIDES = {"serial": IDENTITY, "cohort": PHYSICAL_TO_LOGICAL}
 

@@ -15,11 +15,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from oracles.tokenizer import LightTokenizer
 from oracles.errors import FixtureError
 from oracles.families import d1
 from oracles.pins import sha256_file
 from oracles.records import load_record_list, require
+from oracles.tokenizer import LightTokenizer
 
 
 def load_arms(path: Path = d1.RED_ARMS) -> list[dict[str, Any]]:

@@ -14,7 +14,7 @@ import dataclasses
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 from oracles.errors import FixtureError
 from oracles.records import RECORDS, canonical_sha256, family_tokens, load_record_list, require

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-import pytest
-
 import numpy as np
+import pytest
 
 from oracles.checks.exact import assert_ids_equal, diff
 from oracles.checks.port import assert_within_thresholds, first_divergence, held_figures

@@ -21,8 +21,17 @@ from oracles.checks.exact import assert_bits_equal, assert_within, diff
 from oracles.checks.mrope import ClosedFormGap, Media, decode_planes, first_mismatches, mrope_planes, pad_runs, rope_delta
 from oracles.engines.vl import pixel_digest
 from oracles.families import clef
-from oracles.families.clef_run import (STREAM_RUNS, Row, RowRun, absmax_record, all_rows, build_prompt, memo_row,
-                                       run_decode, vision_spec)
+from oracles.families.clef_run import (
+    STREAM_RUNS,
+    Row,
+    RowRun,
+    absmax_record,
+    all_rows,
+    build_prompt,
+    memo_row,
+    run_decode,
+    vision_spec,
+)
 from oracles.fingerprint import fingerprint
 from oracles.units import attach_unit
 

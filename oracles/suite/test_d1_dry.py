@@ -9,7 +9,6 @@ shows up here before any model loads.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from typing import Any, Callable
 

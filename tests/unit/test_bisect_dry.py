@@ -11,8 +11,8 @@ import pytest
 
 from oracles.checks.bisect import budget, first_divergent, inside_layer, row_nmse, stages, sublayer_budget
 from oracles.commands.bisect import table
-from oracles.families.localise import localise
 from oracles.engines.base import Unsupported
+from oracles.families.localise import localise
 
 pytestmark = pytest.mark.dry
 

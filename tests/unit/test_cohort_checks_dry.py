@@ -6,8 +6,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from oracles.checks.cohort import (Tally, check_lane_map, compare_bits, compare_cohort, compose, first_unequal,
-                                   fixed_lanes, kind_of, layer_and_buffer, to_physical)
+from oracles.checks.cohort import (
+    Tally,
+    check_lane_map,
+    compare_bits,
+    compare_cohort,
+    compose,
+    first_unequal,
+    fixed_lanes,
+    kind_of,
+    layer_and_buffer,
+    to_physical,
+)
 from oracles.families import cohort_bench as bench
 from oracles.report import format_benchmarks
 

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from units_fake import PIN, SHA, TWIN, decode, logits, probs, readout, slot, write
 
 from oracles.checks.port import KEY_MARGIN, MAX_ABS_DP, MAX_ABS_LOGIT
 from oracles.cli import main
 from oracles.receipts import SCHEMA_VERSION
-from units_fake import PIN, SHA, TWIN, decode, logits, probs, readout, slot, write
 
 pytestmark = [pytest.mark.dry]
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from units_fake import PIN, decode, edit, logits, readout, slot, write
 
 from oracles.cli import main
-from units_fake import PIN, decode, edit, logits, readout, slot, write
 
 pytestmark = [pytest.mark.dry]
 

@@ -16,11 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_pin_command_dry import error_line, make_snapshot
 
 from oracles import hf_cache
 from oracles.pins import load_pin, snapshot_dir
-
-from test_pin_command_dry import error_line, make_snapshot
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 OTHER = "fedcba9876543210fedcba9876543210fedcba98"

@@ -10,10 +10,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+from test_pin_command_dry import make_snapshot
 
 from oracles.pin_writer import write_pin
-
-from test_pin_command_dry import make_snapshot
 
 USES_PIN = """
 def test_pin_is_the_project_one(pin, pin_file):

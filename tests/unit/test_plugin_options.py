@@ -6,10 +6,9 @@ Not ``dry``: twenty inner pytest sessions cost seconds, and ``make smoke`` has a
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, Callable
 
 import pytest
-
-from typing import Any, Callable
 
 #: The markers issue 2 asks for, each of which must be registered with a description.
 ISSUE_MARKERS = ("dry", "slow", "gpu", "mtplx", "mtplx_chat", "d1", "clef", "cohort", "port")

@@ -11,8 +11,16 @@ import numpy as np
 import pytest
 
 from oracles.errors import FixtureError, ReceiptError
-from oracles.receipts import Receipt
-from oracles.receipts import TestRecord, all_ok, check_json_safe, checks_table, load_records, split_nodeid, write_exclusive
+from oracles.receipts import (
+    Receipt,
+    TestRecord,
+    all_ok,
+    check_json_safe,
+    checks_table,
+    load_records,
+    split_nodeid,
+    write_exclusive,
+)
 
 pytestmark = pytest.mark.dry
 

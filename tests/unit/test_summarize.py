@@ -6,11 +6,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from oracles.cli import main
-import numpy as np
-
 from oracles.commands.summarize import RED_LEGEND, percentile, summarize, table
 from oracles.receipts import SCHEMA_VERSION, Receipt
 from oracles.units import attach_unit

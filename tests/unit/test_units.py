@@ -10,10 +10,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from units_fake import KEYS, PIN, V, logits, probs, slot
 
 from oracles.receipts import SCHEMA_VERSION, Receipt, pack_arrays
 from oracles.units import KINDS, attach_unit, unit_array, units_of
-from units_fake import KEYS, PIN, V, logits, probs, slot
 
 pytestmark = [pytest.mark.dry]
 
