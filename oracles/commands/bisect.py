@@ -65,12 +65,9 @@ def table(report: dict[str, Any]) -> list[str]:
 def plot(report: dict[str, Any]) -> bytes:
     """PNG: per-stage NMSE (log scale) of the port against the reference, the budget line, the named
     stage marked. Bit-equal stages (NMSE 0) are drawn at 1e-18."""
-    import io
+    from oracles.plots import png_bytes, pyplot
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     found = report["stages"]
     floor = 1e-18
@@ -88,10 +85,7 @@ def plot(report: dict[str, Any]) -> bytes:
     ax.set_title(f"{report['pin']} / {report['record']}: per-stage NMSE", fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    return buf.getvalue()
+    return png_bytes(fig)
 
 
 def _engine(engine_id: str, root: Path, pin: str, threads: int, reference: Any | None = None) -> Any:

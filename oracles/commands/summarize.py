@@ -15,7 +15,6 @@ exit 2 naming the file, the record and the field; ``--out`` must be a folder.
 from __future__ import annotations
 
 import argparse
-import io
 import math
 from pathlib import Path
 from typing import Any, Iterable
@@ -225,10 +224,9 @@ def table(summary: dict[str, Any]) -> list[str]:
 
 def plot(summary: dict[str, Any]) -> bytes:
     """PNG bytes: gold agreement by length bucket (left) and the top-2 gap histogram (right)."""
-    import matplotlib
+    from oracles.plots import png_bytes, pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
     for pin, engine, s in blocks(summary):
@@ -245,10 +243,7 @@ def plot(summary: dict[str, Any]) -> bytes:
     ax1.legend()
     ax2.legend()
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    return buf.getvalue()
+    return png_bytes(fig)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -14,7 +14,6 @@ float16 limit. A malformed record is exit 2 naming the file, the record and the 
 from __future__ import annotations
 
 import argparse
-import io
 from pathlib import Path
 from typing import Any
 
@@ -128,10 +127,9 @@ def table(result: dict[str, Any]) -> list[str]:
 
 def plot(result: dict[str, Any]) -> bytes:
     """PNG bytes: one panel per pin/engine, per-layer maxima (log scale) and the float16 limit."""
-    import matplotlib
+    from oracles.plots import png_bytes, pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     from matplotlib.ticker import MaxNLocator
 
     groups = result["groups"]
@@ -148,10 +146,7 @@ def plot(result: dict[str, Any]) -> bytes:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.legend(fontsize=7)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    return buf.getvalue()
+    return png_bytes(fig)
 
 
 def run(args: argparse.Namespace) -> int:

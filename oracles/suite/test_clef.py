@@ -52,17 +52,6 @@ BY_LABEL = {r.label: r for r in ROWS}
 HEAD_RERUN_ATOL = 1e-6
 
 
-@pytest.fixture
-def clef_root(verified_snapshot: Callable[[str], Path], pin: str) -> Path:
-    """This test's pin's verified snapshot folder."""
-    return verified_snapshot(pin)
-
-
-@pytest.fixture(scope="session")
-def manifest() -> dict[str, Any]:
-    return clef.load_manifest()
-
-
 def _run(runs: Callable[..., Any], engine: Any, row: Row, root: Path, manifest: dict[str, Any], receipt: Any) -> RowRun:
     run, made = memo_row(runs, engine, row, vision_spec(root), manifest)
     receipt.update(row=row.label, engine=engine.id, run_made=made)

@@ -33,17 +33,6 @@ ROW_IDS = [r.label for r in ROWS]
 PIXEL_ATOL = 3e-7
 
 
-@pytest.fixture
-def clef_root(verified_snapshot: Callable[[str], Path], pin: str) -> Path:
-    """This test's pin's verified snapshot folder."""
-    return verified_snapshot(pin)
-
-
-@pytest.fixture(scope="session")
-def manifest() -> dict[str, Any]:
-    return clef.load_manifest()
-
-
 def _pair(runs: Callable[..., Any], reference: Any, port: Any, row: Row, root: Path, manifest: dict[str, Any],
           config: pytest.Config, receipt: Any) -> tuple[RowRun, RowRun]:
     """The reference's and the port's run of ``row``; a row the port scope leaves out is skipped."""

@@ -34,9 +34,9 @@ torch and transformers are imported inside :func:`build`, never at module import
 
 from __future__ import annotations
 
-import json
-import shutil
 from pathlib import Path
+
+from oracles.twins import copy_tokenizer, save_snapshot
 
 #: Layer placement: linear attention except every ``FULL_ATTENTION_INTERVAL``-th layer (Qwen3.5's rule).
 FULL_ATTENTION_INTERVAL = 4
@@ -73,23 +73,11 @@ def build(seed: int, out: Path, tokenizer_root: Path) -> str:
         FileNotFoundError: a tokenizer file is missing from ``tokenizer_root``.
     """
     import torch
-    from safetensors.torch import save_file
     from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
     config = Qwen3_5TextConfig(**CONFIG)
     torch.manual_seed(seed)
     model = Qwen3_5ForCausalLM(config).to(torch.float32).eval()
-    tensors = {k: v.detach().contiguous().clone() for k, v in sorted(model.state_dict().items())
-               if k != "lm_head.weight"}  # tied: transformers re-ties it from the embeddings on load
-    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
-    cfg = model.config.to_dict()
-    for volatile in ("_name_or_path", "transformers_version"):
-        cfg.pop(volatile, None)
-    cfg["dtype"] = "float32"
-    cfg["architectures"] = [type(model).__name__]
-    (out / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
-    gen = {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 2}
-    (out / "generation_config.json").write_text(json.dumps(gen, indent=2, sort_keys=True) + "\n")
-    for name in TOKENIZER_FILES:
-        shutil.copyfile(tokenizer_root / name, out / name)
-    return type(model).__name__
+    name = save_snapshot(model, out, {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 2}, tied=True)
+    copy_tokenizer(tokenizer_root, out, TOKENIZER_FILES)
+    return name

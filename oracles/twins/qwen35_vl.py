@@ -34,9 +34,10 @@ torch, transformers and tokenizers are imported inside :func:`build`, never at m
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
+
+from oracles.twins import save_snapshot, write_json
 
 #: Special tokens, in id order (0..6). The config's token ids below are their positions.
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
@@ -121,17 +122,13 @@ def train_tokenizer(out: Path) -> Any:
               "unk_token": None, "model_max_length": TEXT_CONFIG["max_position_embeddings"],
               "image_token": SPECIAL_TOKENS[IMAGE_ID], "video_token": SPECIAL_TOKENS[VIDEO_ID],
               "vision_start_token": SPECIAL_TOKENS[VISION_START_ID], "vision_end_token": SPECIAL_TOKENS[VISION_END_ID]}
-    _write_json(out / "tokenizer_config.json", config)
+    write_json(out / "tokenizer_config.json", config)
     (out / "chat_template.jinja").write_text(CHAT_TEMPLATE)
     loaded = AutoTokenizer.from_pretrained(out)
     ids = {t: loaded.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
     if list(ids.values()) != list(range(len(SPECIAL_TOKENS))):
         raise AssertionError(f"special token ids {ids} are not 0..{len(SPECIAL_TOKENS) - 1}")
     return loaded
-
-
-def _write_json(path: Path, obj: Any) -> None:
-    path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
 def _jitter_norms(model: Any, seed: int) -> list[str]:
@@ -160,7 +157,6 @@ def build(seed: int, out: Path, tokenizer_root: Path | None = None) -> str:
         AssertionError: the trained tokenizer's special ids are not 0..6 (the config names them).
     """
     import torch
-    from safetensors.torch import save_file
     from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
 
     train_tokenizer(out)
@@ -170,18 +166,9 @@ def build(seed: int, out: Path, tokenizer_root: Path | None = None) -> str:
     torch.manual_seed(seed)
     model = Qwen3_5ForConditionalGeneration(config).to(torch.float32).eval()
     _jitter_norms(model, seed)
-    tensors = {k: v.detach().contiguous().clone() for k, v in sorted(model.state_dict().items())}
-    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
-    cfg = model.config.to_dict()
-    for sub in (cfg, cfg["text_config"], cfg["vision_config"]):
-        for volatile in ("_name_or_path", "transformers_version"):
-            sub.pop(volatile, None)
-    cfg["dtype"] = "float32"
-    cfg["architectures"] = [type(model).__name__]
-    cfg["eos_token_id"] = EOS_ID
-    _write_json(out / "config.json", cfg)
-    _write_json(out / "generation_config.json", {"eos_token_id": EOS_ID, "pad_token_id": PAD_ID})
-    _write_json(out / "preprocessor_config.json", {**PROCESSOR, "image_processor_type": "Qwen2VLImageProcessorPil"})
-    _write_json(out / "video_preprocessor_config.json", {**PROCESSOR, "fps": VIDEO_FPS, "min_frames": 2,
+    name = save_snapshot(model, out, {"eos_token_id": EOS_ID, "pad_token_id": PAD_ID}, tied=False,
+                         config_extra={"eos_token_id": EOS_ID})
+    write_json(out / "preprocessor_config.json", {**PROCESSOR, "image_processor_type": "Qwen2VLImageProcessorPil"})
+    write_json(out / "video_preprocessor_config.json", {**PROCESSOR, "fps": VIDEO_FPS, "min_frames": 2,
                                                          "max_frames": 16, "video_processor_type": "Qwen3VLVideoProcessor"})
-    return type(model).__name__
+    return name
