@@ -12,7 +12,8 @@ def format_checks(checks: Mapping[str, Mapping[str, Any]], all_ok: bool) -> list
     for name, row in checks.items():
         ok = {True: "yes", False: "NO", None: "-"}[row["ok"]]
         failed = ", ".join(row["failed"][:6]) + (f" (+{len(row['failed']) - 6})" if len(row["failed"]) > 6 else "")
-        lines.append(f"{name:<{width}}  {str(row.get('family') or ''):<10}  {ok:<5}  {row['passed']:>6}  {row['skipped']:>7}  {failed}")
+        family = str(row.get("family") or "")
+        lines.append(f"{name:<{width}}  {family:<10}  {ok:<5}  {row['passed']:>6}  {row['skipped']:>7}  {failed}")
     lines.append(f"all_ok: {all_ok}")
     return lines
 

@@ -48,7 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                         "across pins); default: pin by pin")
     parser.add_argument("--port-pin", default=None, help="compare only this pin's port units; default: --ref-pin")
     parser.add_argument("--require-all", action="store_true",
-                        help="exit 1 when a reference unit has no port unit (default: listed, not failed, as a port may run a sample)")
+                        help="exit 1 when a reference unit has no port unit "
+                             "(default: listed, not failed, as a port may run a sample)")
     parser.add_argument("--out", type=Path, default=None,
                         help="comparison JSON to create; default receipts/compare/<UTC time>-<REF stem>-vs-<PORT stem>.json")
 
@@ -129,7 +130,8 @@ def run(args: argparse.Namespace) -> int:
     out = _out_path(args)
     ref_receipt, port_receipt = load_json(args.ref), load_json(args.port)
     pairs = _pairs(args, ref_receipt, port_receipt)
-    (ref_npz_path, ref_note), (port_npz_path, port_note) = find_sidecar(ref_receipt, args.ref), find_sidecar(port_receipt, args.port)
+    ref_npz_path, ref_note = find_sidecar(ref_receipt, args.ref)
+    port_npz_path, port_note = find_sidecar(port_receipt, args.port)
     ref_npz, port_npz = load_npz(ref_npz_path, args.ref), load_npz(port_npz_path, args.port)
     rows = {n: [compare_pair(r, p, unit_array(r, ref_npz, args.ref), unit_array(p, port_npz, args.port))
                 for r, p in pair.matched] for n, pair in enumerate(pairs)}

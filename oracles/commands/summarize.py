@@ -29,7 +29,8 @@ PERCENTILES = (0.0, 0.05, 0.10, 0.25, 0.50)
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("receipt", type=Path, help="a receipt .json holding d1 tests")
-    parser.add_argument("--out", type=Path, default=None, metavar="DIR", help="folder for the summary files; default: beside the receipt")
+    parser.add_argument("--out", type=Path, default=None, metavar="DIR",
+                        help="folder for the summary files; default: beside the receipt")
 
 
 _NUM, _STR, _KEY = (int, float), (str,), (str, int)

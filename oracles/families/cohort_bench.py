@@ -67,7 +67,8 @@ def fresh(engine: Any, anchor: AnchorRun, arm: str) -> list[Any]:
     return out
 
 
-def timed(engine: Any, arm: str, caches: Sequence[Any], tokens: Sequence[int]) -> tuple[float, dict[str, float], list[dict[str, str]]]:
+def timed(engine: Any, arm: str, caches: Sequence[Any],
+          tokens: Sequence[int]) -> tuple[float, dict[str, float], list[dict[str, str]]]:
     """One timed transaction of ``arm``: milliseconds, the engine's counter deltas, and per lane (the
     arm's order) the digests of its hidden and logits rows (computed after the clock stops)."""
     before = engine.counters()

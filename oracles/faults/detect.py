@@ -59,8 +59,11 @@ def detect(runs: Runs, engines: Callable[..., Any], reference_id: str, pin: str,
     through those on the fault's path) and every check."""
     base = engines(reference_id, pin)
     reference, port = engines_of(runs, base, pin, fault)
-    draft = lambda: engines(reference_id, DRAFT_PIN)
-    touched = FAMILIES if fault == CONTROL or FAULTS[fault].touches is None else FAULTS[fault].touches
+    def draft() -> Any:
+        return engines(reference_id, DRAFT_PIN)
+
+    touches = None if fault == CONTROL else FAULTS[fault].touches
+    touched = FAMILIES if touches is None else touches
     ref_runs = family_runs(runs, reference, pin, FAMILIES, draft)
     port_runs = family_runs(runs, port, pin, tuple(touched), draft)
     checks = runs(("faults-checks", pin, fault),

@@ -98,7 +98,8 @@ def test_tower_rows(runs: Callable[..., Any], engine: Any, row: Row, clef_root: 
             f"{row.label}: picture {i} grid {list(m.grid)}: tower rows {list(m.tower.shape)}, expected " \
             f"[{spec.tokens(m.grid)}, {engine.hidden_size}]"
         rows[m.kind] += m.tower.shape[0]
-    receipt.update(tower=[dict(fingerprint(m.tower)) for m in run.step.media], pixels=[pixel_digest(m.pixels) for m in run.step.media])
+    receipt.update(tower=[dict(fingerprint(m.tower)) for m in run.step.media],
+                   pixels=[pixel_digest(m.pixels) for m in run.step.media])
     if run.step.media:
         receipt.array("tower", np.concatenate([m.tower for m in run.step.media]))  # [N, D], pictures in order
     assert rows == pads, f"{row.label}: tower rows {rows} vs pad tokens {pads}"

@@ -104,4 +104,5 @@ def test_deadline_then_resume(pin: str, verified_snapshot: Callable[[str], Path]
     assert finished not in {_row_of(t) for t in ran}, f"the resumed session ran tests of the finished row {finished}"
     made = [str(_row_of(t)) for t in ran if (t.get("data") or {}).get("run_made")]
     rows_two = {str(_row_of(t)) for t in ran if _row_of(t)}
-    assert sorted(made) == sorted(rows_two), f"each unfinished row's run is made once: made {sorted(made)}, rows {sorted(rows_two)}"
+    assert sorted(made) == sorted(rows_two), \
+        f"each unfinished row's run is made once: made {sorted(made)}, rows {sorted(rows_two)}"

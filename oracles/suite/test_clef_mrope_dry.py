@@ -141,7 +141,8 @@ def test_closed_form_equals_transformers_get_rope_index(case: Any) -> None:
     stub = SimpleNamespace(config=SimpleNamespace(vision_config=SimpleNamespace(spatial_merge_size=MERGE)))
     stub.get_vision_position_ids = functools.partial(Qwen3_5Model.get_vision_position_ids, stub)
     types = torch.tensor([[1 if i == IMG else 2 if i == VID else 0 for i in ids]])
-    grid = {k: (torch.tensor(g) if g else None) for k, g in (("image", _grids(media, "image")), ("video", _grids(media, "video")))}
+    grid = {k: (torch.tensor(g) if g else None) for k, g in (("image", _grids(media, "image")),
+                                                            ("video", _grids(media, "video")))}
     lib, delta = Qwen3_5Model.get_rope_index(stub, torch.tensor([ids]), types, grid["image"], grid["video"])
     want = mrope_planes(ids, [Media(k, g) for k, g in media], IMG, VID, MERGE)
     lib = lib[:, 0].numpy()

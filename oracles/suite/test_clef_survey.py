@@ -74,7 +74,7 @@ def test_survey_command_figures(tmp_path: Path, capsys: pytest.CaptureFixture[st
     out = json.loads((tmp_path / "r.absmax.json").read_text())
     assert (tmp_path / "r.absmax.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     g = out["groups"]["p/torch"]
-    assert [(l["overall"]["max"], l["overall"]["run"]) for l in g["layers"]] == [(4.0, "b"), (300.0, "a")]
+    assert [(la["overall"]["max"], la["overall"]["run"]) for la in g["layers"]] == [(4.0, "b"), (300.0, "a")]
     assert g["layers"][1]["mlp_down_in"]["max"] == 5.0 and g["residual_max"]["max"] == 300.0
     assert g["layers"][1]["overall"]["headroom_ratio"] == pytest.approx(FP16_MAX / 300.0)
     assert out["groups"]["q/mlx"]["layers"][0]["mlp_down_in"] is None

@@ -209,9 +209,10 @@ def test_tree_split(runs: Callable[..., Any], engine: Any, rid: str, pytestconfi
     tree = run.tree
     assert tree is not None, f"{rid}: a request with several questions ran no tree"
     rows_s = sum(r.seconds for r in run.rows.values())
-    receipt.update(engine=engine.id, pin=engine.pin, trunk_len=len(tree.trunk), branch_lens=[len(b) for b in tree.branches], bucket=meta["bucket"],
-                   questions=len(tree.branches), tree_seconds=round(tree.seconds, 4), rows_seconds=round(rows_s, 4),
-                   trunk_seconds=round(tree.trunk_seconds, 4), tree_over_rows=round(tree.seconds / rows_s, 4))
+    receipt.update(engine=engine.id, pin=engine.pin, trunk_len=len(tree.trunk), branch_lens=[len(b) for b in tree.branches],
+                   bucket=meta["bucket"], questions=len(tree.branches), tree_seconds=round(tree.seconds, 4),
+                   rows_seconds=round(rows_s, 4), trunk_seconds=round(tree.trunk_seconds, 4),
+                   tree_over_rows=round(tree.seconds / rows_s, 4))
     assert_ids_equal(tree.trunk, meta["trunk"], f"{rid}: recorded trunk vs the pin's d1 rows")
     assert len(tree.branches) == len(meta["branches"]), f"{rid}: {len(tree.branches)} branches recorded"
     for qid, got, want in zip(meta["questions"], tree.branches, meta["branches"]):
@@ -261,8 +262,8 @@ def test_tree_vs_row(runs: Callable[..., Any], engine: Any, key: tuple[str, str]
     dp = readout.max_abs_dp(run.tree.probs[k], row.probs)
     dl = diff(run.tree.logits[k], row.logits)
     facts = _facts(engine.pin, key, run.tree.probs[k])
-    receipt.update(engine=engine.id, pin=engine.pin, max_abs_dp=dp, max_abs_dlogit=dl.max_abs, logits_bit_equal=dl.equal, tol=TREE_ROW_DP_TOL,
-                   argmax_equal=readout.argmax(row.probs) == readout.argmax(run.tree.probs[k]),
+    receipt.update(engine=engine.id, pin=engine.pin, max_abs_dp=dp, max_abs_dlogit=dl.max_abs, logits_bit_equal=dl.equal,
+                   tol=TREE_ROW_DP_TOL, argmax_equal=readout.argmax(row.probs) == readout.argmax(run.tree.probs[k]),
                    gold_match_tree=facts["gold_match"], probs_tree=run.tree.probs[k], probs_row=row.probs)
     assert dp <= TREE_ROW_DP_TOL, (f"{_label(key)}: tree vs row max |dp| {dp:.3e} > {TREE_ROW_DP_TOL:g} "
                                    f"(tree {run.tree.probs[k]}, row {row.probs}; max |dlogit| {dl.max_abs:.3e})")
@@ -301,10 +302,10 @@ def test_red_arm(runs: Callable[..., Any], engine: Any, arm: tuple[str, str], py
     assert row["keys"] == _row(engine.pin, base_key)["keys"], f"{arm_id}: keys {row['keys']} differ from the base's"
     dp = readout.max_abs_dp(arm_run.probs, base.probs)
     keys = row["keys"]
-    receipt.update(engine=engine.id, pin=engine.pin, kind=spec["kind"], base=_label(base_key), max_abs_dp=dp, threshold=d1.RED_ARM_MIN,
-                   probs_base=base.probs, probs_arm=arm_run.probs, argmax_base=keys[readout.argmax(base.probs)],
-                   argmax_arm=keys[readout.argmax(arm_run.probs)], measured_at_adoption=spec["measured"]["max_abs_dp"],
-                   row_len=len(row["ids"]))
+    receipt.update(engine=engine.id, pin=engine.pin, kind=spec["kind"], base=_label(base_key), max_abs_dp=dp,
+                   threshold=d1.RED_ARM_MIN, probs_base=base.probs, probs_arm=arm_run.probs,
+                   argmax_base=keys[readout.argmax(base.probs)], argmax_arm=keys[readout.argmax(arm_run.probs)],
+                   measured_at_adoption=spec["measured"]["max_abs_dp"], row_len=len(row["ids"]))
     adopted_on = spec["measured"].get("pin")
     if adopted_on != engine.pin:
         pytest.skip(f"{arm_id} was adopted for its move on pin {adopted_on} (max |dp| "

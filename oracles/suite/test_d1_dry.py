@@ -54,14 +54,16 @@ def views() -> Callable[[str], tuple[RowsView, RowsView]]:  # one build per pin 
     return get
 
 
-def _pair(views: Callable[[str], tuple[RowsView, RowsView]], pin: str, key: tuple[str, str]) -> tuple[dict[str, Any], dict[str, Any]]:
+def _pair(views: Callable[[str], tuple[RowsView, RowsView]], pin: str,
+          key: tuple[str, str]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(committed row, row today) of a question; skips a question this tokenizer rejects in both."""
     committed, now = views(pin)
     got, want = now.rows.get(key), committed.rows.get(key)
     if got is None and want is None:
         pytest.skip(f"{_label(key)}: no row for pin {pin}'s tokenizer ({committed.rejection(key)})")
     assert got is not None, f"{_label(key)}: a row in the committed d1 tokens of {pin} but no longer a row"
-    assert want is not None, f"{_label(key)}: a row today but not in the committed d1 tokens of {pin}: run `oracles records d1 --pin {pin}`"
+    assert want is not None, \
+        f"{_label(key)}: a row today but not in the committed d1 tokens of {pin}: run `oracles records d1 --pin {pin}`"
     return got, want
 
 

@@ -95,7 +95,8 @@ def test_decode_first_step_equals_prefill(runs: Callable[..., Any], engine: Any,
 def test_prompt_longer_than_context(engine: Any, receipt: Any) -> None:
     """A prompt longer than the context is refused before any compute, naming both lengths."""
     too_long = [1] * (engine.max_context + 1)
-    with pytest.raises(ValueError, match=rf"{engine.max_context + 1} new tokens exceed the context of {engine.max_context}") as err:
+    refusal = rf"{engine.max_context + 1} new tokens exceed the context of {engine.max_context}"
+    with pytest.raises(ValueError, match=refusal) as err:
         engine.forward(too_long, engine.make_cache(), keep=1)
     receipt.update(max_context=engine.max_context, message=str(err.value))
 

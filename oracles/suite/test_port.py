@@ -85,7 +85,8 @@ def test_greedy_generation_vs_reference(runs: Callable[..., Any], reference: Any
                    finish=[ref.finish_reason, got.finish_reason])
     n = min(len(ref.tokens), len(got.tokens))
     _held(f"{record.id}: greedy generation step logits", ref.step_logits[:n], got.step_logits[:n], receipt)
-    assert first is None, f"{record.id}: first divergent token at {first}: {ref.tokens[first:first + 3]} vs {got.tokens[first:first + 3]}"
+    assert first is None, \
+        f"{record.id}: first divergent token at {first}: {ref.tokens[first:first + 3]} vs {got.tokens[first:first + 3]}"
 
 
 @pytest.mark.parametrize("record", ex.GENERATION, ids=[r.id for r in ex.GENERATION], indirect=True)
