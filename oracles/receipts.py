@@ -71,7 +71,7 @@ class TestRecord:
             raise FixtureError(f"{where}: field 'outcome' is {obj['outcome']!r}, not one of {', '.join(OUTCOMES)}")
         known = {f for f in cls.__dataclass_fields__}
         check, record_id = split_nodeid(obj["nodeid"])
-        values = {"family": "unit", "check": check, "record_id": record_id, "duration": 0.0}
+        values: dict[str, Any] = {"family": "unit", "check": check, "record_id": record_id, "duration": 0.0}
         values.update({k: v for k, v in obj.items() if k in known})
         return cls(**values)
 

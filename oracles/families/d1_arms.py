@@ -59,7 +59,8 @@ def measure(engine: Any) -> dict[str, Any]:
 
     by_id = {r.id: r for r in d1.load_requests()}
     rows = {(r["id"], r["qid"]): r for r in d1.rows_doc(engine.pin)["rows"]}
-    adopted, not_adopted = [], []
+    adopted: list[dict[str, Any]] = []
+    not_adopted: list[dict[str, Any]] = []
     for arm_id, kind, base_id, qid, change, gold in CANDIDATES:
         base = by_id[base_id]
         req = arm_request(base, qid, kind, change, by_id)

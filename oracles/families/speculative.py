@@ -102,7 +102,9 @@ def speculate(target: Any, draft: Any, ids: Sequence[int], num_draft: int, max_n
     tcache, dcache = target.make_cache(), draft.make_cache()
     target.forward(list(ids[:-1]), tcache, keep=1)
     draft.forward(list(ids[:-1]), dcache, keep=1)
-    last, out, cycles, finish = int(ids[-1]), [], [], "length"
+    last, finish = int(ids[-1]), "length"
+    out: list[int] = []
+    cycles: list[Cycle] = []
     while len(out) < max_new_tokens:
         d = min(num_draft, max_new_tokens - len(out) - 1)
         drafts: list[int] = []

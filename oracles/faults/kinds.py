@@ -53,8 +53,9 @@ class Fault:
     (and :meth:`trim` for a cache fault)."""
 
     name: ClassVar[str] = ""
-    #: One line: what the port got wrong, as a person porting a model would find it.
-    title: ClassVar[str] = ""
+    #: One line: what the port got wrong, as a person porting a model would find it (a class
+    #: attribute; a parametrized kind such as the sliding window sets its own per instance).
+    title: str = ""
     #: The panel families whose path the fault is on (None: every family). A family off its path
     #: would run the reference's own computation, so its checks are "untouched", not "passed".
     touches: ClassVar[tuple[str, ...] | None] = None
@@ -126,9 +127,11 @@ class RopeBaseDefault(Fault):
 
     @contextlib.contextmanager
     def applied(self, engine: Any) -> Iterator[None]:
-        rotary = self._rotary(engine)
+        rotary, base = self._rotary(engine), self._base(engine)
+        if rotary is None or base is None:
+            raise ValueError(f"{self.name}: {self.why_not(engine)}")
         # inv_freq_i = base^(-2i/d), so the same frequencies under another base are a power of them.
-        power = math.log(LIBRARY_ROPE_BASE) / math.log(float(self._base(engine)))
+        power = math.log(LIBRARY_ROPE_BASE) / math.log(float(base))
         with swapped(rotary, "inv_freq", rotary.inv_freq.double().pow(power).to(rotary.inv_freq.dtype)):
             yield
 
@@ -266,7 +269,9 @@ class DecodePositionOffByOne(Fault):
                 return None
             pos = kwargs.get("position_ids")
             if pos is None:
-                x = kwargs.get("input_ids") if kwargs.get("input_ids") is not None else kwargs["inputs_embeds"]
+                x = kwargs.get("input_ids")
+                if x is None:
+                    x = kwargs["inputs_embeds"]
                 pos = (torch.arange(x.shape[1], device=x.device) + past).unsqueeze(0)
             return args, {**kwargs, "position_ids": pos - 1}
 
