@@ -26,18 +26,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 import pytest
 
 from oracles.errors import OracleError
-from oracles.receipts import (
-    SCHEMA_VERSION,
-    PartialLog,
-    TestRecord,
-    all_ok,
-    checks_table,
-    dump_json,
-    pack_arrays,
-    plain_nodeid,
-    split_nodeid,
-    write_exclusive,
-)
+from oracles.receipt_files import PartialLog, dump_json, pack_arrays, write_exclusive
+from oracles.receipts import SCHEMA_VERSION, TestRecord, all_ok, checks_table, plain_nodeid, split_nodeid
 
 if TYPE_CHECKING:
     from oracles.settings import Settings

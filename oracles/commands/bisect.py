@@ -124,7 +124,7 @@ def _record(record: str) -> Any:
 def run(args: argparse.Namespace) -> int:
     from oracles.engines.base import Unsupported
     from oracles.pins import load_pin, snapshot_dir, verify_snapshot
-    from oracles.receipts import dump_json, write_exclusive
+    from oracles.receipt_files import dump_json, write_exclusive
 
     record = _record(args.record)  # bad input is refused before minutes of loading
     if args.reference.startswith(FAULT_PREFIX):

@@ -29,7 +29,7 @@ from typing import Any
 
 from oracles.compare import LEGEND, PinPair, compare_pair, listing, plan, summary_figures, table, worst_line
 from oracles.errors import ReceiptError
-from oracles.receipts import dump_json, load_json, write_exclusive
+from oracles.receipt_files import dump_json, load_json, write_exclusive
 from oracles.sidecar import find_sidecar, load_npz
 from oracles.units import Unit, unit_array, units_of
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from oracles.errors import FixtureError
-from oracles.receipts import load_json
+from oracles.receipt_files import load_json
 from oracles.report import format_checks
 
 

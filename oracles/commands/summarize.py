@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from oracles.errors import FixtureError, ReceiptError
-from oracles.receipts import dump_json, load_json, write_exclusive
+from oracles.receipt_files import dump_json, load_json, write_exclusive
 from oracles.units import units_of
 
 NEAR_TIE = 0.02  # oracles.families.d1.NEAR_TIE (not imported: this command stays light)

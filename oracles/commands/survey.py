@@ -19,7 +19,7 @@ from typing import Any
 
 from oracles.checks.absmax import FP16_MAX, headroom, worst
 from oracles.errors import FixtureError, ReceiptError
-from oracles.receipts import dump_json, load_json, write_exclusive
+from oracles.receipt_files import dump_json, load_json, write_exclusive
 
 STAT_FIELDS = ("pos0", "rest", "overall", "argmax_pos", "argmax_ch")
 

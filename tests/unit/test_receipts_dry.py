@@ -12,16 +12,8 @@ import numpy as np
 import pytest
 
 from oracles.errors import FixtureError, ReceiptError
-from oracles.receipts import (
-    Receipt,
-    TestRecord,
-    all_ok,
-    check_json_safe,
-    checks_table,
-    load_records,
-    split_nodeid,
-    write_exclusive,
-)
+from oracles.receipt_files import write_exclusive
+from oracles.receipts import Receipt, TestRecord, all_ok, check_json_safe, checks_table, load_records, split_nodeid
 
 pytestmark = pytest.mark.dry
 
@@ -201,7 +193,7 @@ def test_load_receipt_errors_name_path(tmp_path: Path) -> None:
 
 
 def test_dump_json_round_trips_and_refuses_nan() -> None:
-    from oracles.receipts import dump_json
+    from oracles.receipt_files import dump_json
 
     receipt = {"run_id": "ab", "tests": [{"nodeid": "t.py::a[x::y]", "data": {"ids": [1, 2], "s": "é\n\"q\""}},
                                          {"nodeid": "t.py::b", "data": {}}],
