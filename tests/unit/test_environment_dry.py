@@ -6,7 +6,7 @@ import importlib.metadata
 
 import pytest
 
-from oracles.state import VERSIONED, installed_versions
+from oracles.environment import VERSIONED, installed_versions
 
 pytestmark = pytest.mark.dry
 
