@@ -31,7 +31,8 @@ from oracles.compare import LEGEND, PinPair, compare_pair, listing, plan, summar
 from oracles.errors import ReceiptError
 from oracles.receipt_files import dump_json, load_json, write_exclusive
 from oracles.sidecar import find_sidecar, load_npz
-from oracles.units import Unit, unit_array, units_of
+from oracles.units import Unit
+from oracles.units_reader import unit_array, units_of
 
 #: 3: units keyed with their pin; rows name both pins and engines; ``pins`` holds one entry a pin pair.
 SCHEMA = 3
@@ -96,7 +97,7 @@ def _pairs(args: argparse.Namespace, ref_receipt: dict[str, Any], port_receipt: 
     """The pin pairs to compare (:func:`oracles.compare.plan`) from the two receipts' units.
 
     Raises:
-        ReceiptError: a malformed unit (:func:`oracles.units.units_of`), an engine or pin not present,
+        ReceiptError: a malformed unit (:func:`oracles.units_reader.units_of`), an engine or pin not present,
             the reference as its own port.
     """
     ref_all, port_all = units_of(ref_receipt, args.ref), units_of(port_receipt, args.port)
