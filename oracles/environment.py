@@ -54,27 +54,38 @@ def installed_versions(names: Sequence[str]) -> dict[str, str | None]:
     return {name: found[name] for name in names}
 
 
+def git_state(rootdir: Path) -> tuple[str | None, bool | None]:
+    """(HEAD commit, whether a tracked file differs from it) of the repository holding ``rootdir``;
+    (None, None) outside a repository, in one without commits, or without git.
+
+    One ``git status`` process: its porcelain v2 header names the commit (``# branch.oid``), and each
+    other line is a changed tracked file (untracked files are not asked for).
+    """
+    try:
+        done = subprocess.run(["git", "-C", str(rootdir), "status", "--porcelain=v2", "--branch", "--no-ahead-behind",
+                               "--untracked-files=no"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None, None
+    lines = done.stdout.splitlines() if done.returncode == 0 else []
+    commit = next((ln.split()[2] for ln in lines if ln.startswith("# branch.oid ")), None)
+    if commit is None or commit == "(initial)":
+        return None, None
+    return commit, any(not ln.startswith("#") for ln in lines)
+
+
 def environment(rootdir: Path, threads: int) -> dict[str, Any]:
     """Versions (from the installed distributions, importing nothing heavy), threads, machine and git state."""
     versions: dict[str, str | None] = {"python": platform.python_version(), **installed_versions(VERSIONED[1:])}
     env_threads = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                                                    "OPENBLAS_CORETYPE", "VECLIB_MAXIMUM_THREADS")}
 
-    def git(*args: str) -> str | None:
-        try:
-            done = subprocess.run(["git", "-C", str(rootdir), *args], capture_output=True, text=True, timeout=10)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        return done.stdout.strip() if done.returncode == 0 else None
-
-    commit = git("rev-parse", "HEAD")
-    status = git("status", "--porcelain", "--untracked-files=no") if commit else None
+    commit, dirty = git_state(rootdir)
     return {
         "versions": versions,
         "threads": {"oracle_threads": threads, "cpu_count": os.cpu_count(), **env_threads},
         "machine": {"system": platform.system(), "release": platform.release(), "machine": platform.machine(),
                     "processor": platform.processor(), "node": platform.node()},
-        "git": {"commit": commit, "dirty": None if status is None else bool(status)},
+        "git": {"commit": commit, "dirty": dirty},
         "executable": sys.executable,
     }
 

@@ -60,21 +60,49 @@ ONE_LINE_ITEMS = ("tests", "not_run")
 #: cost paid per test (a partial-log line) and per receipt item.
 _LINE = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(",", ":"))
 _ITEM = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(", ", ": "))
+#: ``_ITEM``'s C encoder, made once: ``JSONEncoder.encode`` makes one (and a closure and a markers
+#: dict) per call, a third of the cost of a test record's line. Same output: ``encode`` uses this very
+#: encoder for a non-str object without ``indent``. No markers: the circular-reference check is
+#: ``check_json_safe``'s, when the data was attached (a cycle recurses there first).
+try:
+    from _json import make_encoder
+
+    _C_ITEM: make_encoder | None = make_encoder(None, _ITEM.default, json.encoder.encode_basestring, None, ": ", ", ",
+                                                False, False, False)
+except ImportError:  # a Python without json's C accelerator
+    _C_ITEM = None
 
 
-def dump_json(obj: Any) -> bytes:
+def encode_item(obj: Any) -> str:
+    """``obj`` as :func:`dump_json` writes an item of a receipt's one-line lists: strict JSON on one line.
+
+    Raises:
+        ValueError: a NaN or infinity anywhere in ``obj``.
+    """
+    if _C_ITEM is None or isinstance(obj, str):
+        return _ITEM.encode(obj)
+    return "".join(_C_ITEM(obj, 0))
+
+
+def dump_json(obj: Any, encoded: Mapping[int, str] | None = None) -> bytes:
     """Strict JSON (no NaN), UTF-8, two-space indent.
 
     The items of a receipt's ``tests`` and ``not_run`` lists are written one compact line each:
     readable for thousands of tests, and json's C encoder (used only without ``indent``) writes them
     about ten times faster than the indented pure-Python one.
 
+    ``encoded``: the :func:`encode_item` text of items of those lists the caller has encoded already
+    (a session encodes each test record once, for its partial-log line), by ``id()`` of the item; the
+    caller holds those items, unchanged since, so no id names another object.
+
     Raises:
         ValueError: a NaN or infinity anywhere in ``obj``.
     """
+    known = encoded or {}
+
     def dumps(value: Any, indent: int | None) -> str:
         if indent is None:
-            return _ITEM.encode(value)
+            return encode_item(value)
         return json.dumps(value, indent=indent, allow_nan=False, ensure_ascii=False)
 
     if not isinstance(obj, dict):
@@ -82,7 +110,7 @@ def dump_json(obj: Any) -> bytes:
     parts = []
     for key, value in obj.items():
         if key in ONE_LINE_ITEMS and isinstance(value, list) and value:
-            text = "[\n    " + ",\n    ".join(dumps(item, None) for item in value) + "\n  ]"
+            text = "[\n    " + ",\n    ".join(known.get(id(item)) or dumps(item, None) for item in value) + "\n  ]"
         else:  # strings hold no raw newline in JSON, so re-indenting by lines is safe
             text = dumps(value, 2).replace("\n", "\n  ")
         parts.append(f"  {dumps(str(key), None)}: {text}")
@@ -92,8 +120,9 @@ def dump_json(obj: Any) -> bytes:
 class PartialLog:
     """The ``.partial.jsonl`` beside a receipt: opened exclusively, one flushed line per finished test.
 
-    Lines are flushed to the OS at once, so they survive the process being killed; the file is
-    fsynced when closed.
+    Lines are flushed to the OS at once, so they survive the process being killed (no fsync per line:
+    the guarantee is against a killed process, not a lost machine). :meth:`close` fsyncs the file when
+    asked: when no receipt holds its records.
     """
 
     def __init__(self, path: Path) -> None:
@@ -106,9 +135,16 @@ class PartialLog:
     def write(self, obj: Mapping[str, Any]) -> None:
         self._fh.write((_LINE.encode(obj) + "\n").encode("utf-8"))
 
-    def close(self) -> None:
+    def write_test(self, item: str) -> None:
+        """A finished test's line, ``{"event": "test", ...its record}``, from the record's
+        :func:`encode_item` text (a JSON object with at least one field: a test record)."""
+        self._fh.write(('{"event": "test", ' + item[1:] + "\n").encode("utf-8"))
+
+    def close(self, sync: bool = True) -> None:
+        """Close the log, fsynced first with ``sync``."""
         if not self._fh.closed:
-            os.fsync(self._fh.fileno())
+            if sync:
+                os.fsync(self._fh.fileno())
             self._fh.close()
 
 

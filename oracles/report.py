@@ -23,8 +23,10 @@ def format_benchmarks(tests: Sequence[Mapping[str, Any]]) -> list[str]:
     pin, engine, threads, medians of the paired protocol, its speedup with the interquartile range of
     the paired ratios, the conditioned speedup and its even/odd strata, and whether ``/proc`` saw swap
     or major faults in the window. Empty when no test attached one."""
-    rows = [t["data"]["cohort_benchmark"] for t in tests if isinstance(t.get("data"), Mapping)
-            and isinstance(t["data"].get("cohort_benchmark"), Mapping)]
+    # dict, not Mapping: a receipt's records are JSON objects, and an ABC check per test is the cost of
+    # this table in a session of thousands of tests with no benchmark
+    rows = [bench for t in tests if isinstance(data := t.get("data"), dict)
+            and isinstance(bench := data.get("cohort_benchmark"), dict)]
     if not rows:
         return []
     head = ("pin", "engine", "thr", "serial ms", "cohort ms", "speedup", "ratio IQR", "cond.", "even/odd", "disturbed")
