@@ -59,8 +59,11 @@ def git_state(rootdir: Path) -> tuple[str | None, bool | None]:
     (None, None) outside a repository, in one without commits, or without git.
 
     One ``git status`` process: its porcelain v2 header names the commit (``# branch.oid``), and each
-    other line is a changed tracked file (untracked files are not asked for).
+    other line is a changed tracked file (untracked files are not asked for). None when no ``.git``
+    is in ``rootdir`` or above it and no ``GIT_DIR`` is set: git's own discovery looks nowhere else.
     """
+    if "GIT_DIR" not in os.environ and not any((d / ".git").exists() for d in (rootdir, *rootdir.resolve().parents)):
+        return None, None
     try:
         done = subprocess.run(["git", "-C", str(rootdir), "status", "--porcelain=v2", "--branch", "--no-ahead-behind",
                                "--untracked-files=no"], capture_output=True, text=True, timeout=10)
