@@ -16,7 +16,7 @@ import numpy as np
 from oracles.checks.absmax import layer_stats, row_stats
 from oracles.checks.readout import group_probabilities, log_softmax
 from oracles.engines.base import Engine, Prompt
-from oracles.engines.vl import VisionSpec
+from oracles.engines.vl import VisionSpec, VisionStep
 from oracles.families import clef, d1
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ class RowRun:
     engine: str
     row: Row
     rendered: RowPrompt
-    step: Any
+    step: VisionStep
     groups: list[list[int]]
     logz: np.ndarray
     probs: list[float]
@@ -120,6 +120,9 @@ def run_row(engine: Engine, row: Row, spec: VisionSpec, manifest: dict[str, Any]
     start = time.perf_counter()
     step = engine.forward(rendered.prompt, layers=True)
     seconds = time.perf_counter() - start
+    if not isinstance(step, VisionStep):
+        raise TypeError(f"engine {engine.id}: a forward of a prompt with pictures returned a {type(step).__name__}, "
+                        "not a VisionStep (its vision taps)")
     groups = d1.readout_groups(encoder(engine), row.question)
     logz = log_softmax(step.logits[-1])
     return RowRun(engine.id, row, rendered, step, groups, logz, group_probabilities(logz, groups), seconds)

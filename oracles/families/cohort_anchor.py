@@ -32,6 +32,7 @@ from oracles.families.cohort import (
     LANES,
     PHYSICAL_TO_LOGICAL,
     CohortSpec,
+    ParityRun,
     cohort_step,
     extension_tokens,
     serial_step,
@@ -170,7 +171,7 @@ def run_anchor(engine: Engine, spec: CohortSpec, serial: Sequence[Any], cohort: 
 class CohortRun:
     """The family's whole run on one (pin, engine): the span and the anchor."""
 
-    parity: Any
+    parity: ParityRun
     anchor: AnchorRun
 
 

@@ -82,6 +82,7 @@ def test_port_logits(runs: Runs, reference: Engine, port: Engine, row: Row, clef
     ref, got = _pair(runs, reference, port, row, clef_root, manifest, pytestconfig, receipt)
     fig = held_figures(row.label, ref.step.logits, got.step.logits)
     towers = [diff(p.tower, r.tower).max_abs for p, r in zip(got.step.media, ref.step.media)]
+    assert got.step.layers is not None and ref.step.layers is not None, "forward(layers=True) returned no residual stream"
     stream = np.abs(got.step.layers.astype(np.float64) - ref.step.layers).max(axis=(1, 2))
     receipt.update(figures=fig, tower_max_abs=towers, hidden_max_abs=diff(got.step.hidden, ref.step.hidden).max_abs,
                    stream_max_abs=[float(v) for v in stream])
