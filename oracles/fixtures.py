@@ -28,6 +28,7 @@ import pytest
 
 if TYPE_CHECKING:
     from oracles.engines.base import Engine
+    from oracles.pins import Pin
     from oracles.receipts import Receipt
 
 # The library is imported inside the fixtures, not here: the plugin registers this module in every
@@ -137,7 +138,7 @@ def port(engines: Engines, port_id: str, pin: str) -> Engine:
 
 
 @pytest.fixture
-def pin_file(pin: str) -> Any:
+def pin_file(pin: str) -> Pin:
     """The parsed pin file (:class:`oracles.pins.Pin`) of this test's pin."""
     from oracles.pins import load_pin
 

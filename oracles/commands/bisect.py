@@ -16,11 +16,14 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from oracles.engines.base import Engine
 from oracles.errors import OracleError
 from oracles.families.localise import localise
+
+if TYPE_CHECKING:
+    from oracles.families.mtplx import PromptRecord
 
 FAULT_PREFIX = "fault:"
 
@@ -106,7 +109,7 @@ def _port(engine_id: str, root: Path, pin: str, threads: int, reference: Engine)
     return _engine(engine_id, root, pin, threads), reference
 
 
-def _record(record: str) -> Any:
+def _record(record: str) -> PromptRecord:
     """The prompt record ``record`` (mtplx prompts or generation), before any engine loads.
 
     Raises:

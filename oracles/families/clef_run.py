@@ -9,7 +9,7 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
@@ -109,7 +109,7 @@ class RowRun:
         return list(self.rendered.prompt.ids)
 
 
-def encoder(engine: Engine) -> Any:
+def encoder(engine: Engine) -> Callable[[str], list[int]]:
     """``text -> ids`` without special tokens, with the engine's tokenizer (for the read-out groups)."""
     return lambda text: list(engine.tokenizer.encode(text, add_special_tokens=False))
 
