@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from oracles.errors import FixtureError, ReceiptError
 
@@ -60,46 +60,42 @@ ONE_LINE_ITEMS = ("tests", "not_run")
 #: cost paid per test (a partial-log line) and per receipt item.
 _LINE = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(",", ":"))
 _ITEM = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(", ", ": "))
-#: ``_ITEM``'s C encoder, made once: ``JSONEncoder.encode`` makes one (and a closure and a markers
-#: dict) per call, a third of the cost of a test record's line. Same output: ``encode`` uses this very
-#: encoder for a non-str object without ``indent``. No markers: the circular-reference check is
-#: ``check_json_safe``'s, when the data was attached (a cycle recurses there first).
-try:
-    from _json import make_encoder
-
-    _C_ITEM: make_encoder | None = make_encoder(None, _ITEM.default, json.encoder.encode_basestring, None, ": ", ", ",
-                                                False, False, False)
-except ImportError:  # a Python without json's C accelerator
-    _C_ITEM = None
 
 
-def encode_item(obj: Any) -> str:
-    """``obj`` as :func:`dump_json` writes an item of a receipt's one-line lists: strict JSON on one line.
+def _c_encoder(encoder: json.JSONEncoder) -> Callable[[Any], str]:
+    """``encoder.encode`` through json's C encoder made once. ``JSONEncoder.encode`` makes one (and a
+    closure and a markers dict) per call: a third of a test record's line. Same output: ``encode``
+    uses this very encoder for a non-str object without ``indent``. No markers: the circular-reference
+    check is ``check_json_safe``'s, when the data was attached (a cycle recurses there first)."""
+    try:
+        from _json import make_encoder
+    except ImportError:  # a Python without json's C accelerator
+        return encoder.encode
+    c = make_encoder(None, encoder.default, json.encoder.encode_basestring, None, encoder.key_separator,
+                     encoder.item_separator, False, False, False)
 
-    Raises:
-        ValueError: a NaN or infinity anywhere in ``obj``.
-    """
-    if _C_ITEM is None or isinstance(obj, str):
-        return _ITEM.encode(obj)
-    return "".join(_C_ITEM(obj, 0))
+    def encode(obj: Any) -> str:
+        return encoder.encode(obj) if isinstance(obj, str) else "".join(c(obj, 0))
+
+    return encode
 
 
-def dump_json(obj: Any, encoded: Mapping[int, str] | None = None) -> bytes:
+_encode_line = _c_encoder(_LINE)
+#: ``obj`` as :func:`dump_json` writes an item of a receipt's one-line lists: strict JSON on one line
+#: (raises ValueError on a NaN or infinity).
+encode_item = _c_encoder(_ITEM)
+
+
+def dump_json(obj: Any) -> bytes:
     """Strict JSON (no NaN), UTF-8, two-space indent.
 
     The items of a receipt's ``tests`` and ``not_run`` lists are written one compact line each:
     readable for thousands of tests, and json's C encoder (used only without ``indent``) writes them
     about ten times faster than the indented pure-Python one.
 
-    ``encoded``: the :func:`encode_item` text of items of those lists the caller has encoded already
-    (a session encodes each test record once, for its partial-log line), by ``id()`` of the item; the
-    caller holds those items, unchanged since, so no id names another object.
-
     Raises:
         ValueError: a NaN or infinity anywhere in ``obj``.
     """
-    known = encoded or {}
-
     def dumps(value: Any, indent: int | None) -> str:
         if indent is None:
             return encode_item(value)
@@ -110,7 +106,7 @@ def dump_json(obj: Any, encoded: Mapping[int, str] | None = None) -> bytes:
     parts = []
     for key, value in obj.items():
         if key in ONE_LINE_ITEMS and isinstance(value, list) and value:
-            text = "[\n    " + ",\n    ".join(known.get(id(item)) or dumps(item, None) for item in value) + "\n  ]"
+            text = "[\n    " + ",\n    ".join(dumps(item, None) for item in value) + "\n  ]"
         else:  # strings hold no raw newline in JSON, so re-indenting by lines is safe
             text = dumps(value, 2).replace("\n", "\n  ")
         parts.append(f"  {dumps(str(key), None)}: {text}")
@@ -133,12 +129,7 @@ class PartialLog:
             raise ReceiptError(f"{path}: cannot be created: {exc.strerror or exc}") from exc
 
     def write(self, obj: Mapping[str, Any]) -> None:
-        self._fh.write((_LINE.encode(obj) + "\n").encode("utf-8"))
-
-    def write_test(self, item: str) -> None:
-        """A finished test's line, ``{"event": "test", ...its record}``, from the record's
-        :func:`encode_item` text (a JSON object with at least one field: a test record)."""
-        self._fh.write(('{"event": "test", ' + item[1:] + "\n").encode("utf-8"))
+        self._fh.write((_encode_line(obj) + "\n").encode("utf-8"))
 
     def close(self, sync: bool = True) -> None:
         """Close the log, fsynced first with ``sync``."""

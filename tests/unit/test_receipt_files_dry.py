@@ -1,5 +1,5 @@
-"""oracles.receipt_files: a test record is encoded once, for its partial-log line, and the receipt
-writes that same text; both read back as the record."""
+"""oracles.receipt_files: json's C encoder made once writes what ``json.dumps`` writes (the receipt's
+items, the partial log's lines), and both files read back as the records."""
 
 from __future__ import annotations
 
@@ -40,22 +40,11 @@ def test_record_json_follows_the_declaration() -> None:
     assert RECORDS[1].to_json()["worker"] == "gw1" and RECORDS[1].to_json()["summary"] == "AssertionError: 1 != 2"
 
 
-def test_receipt_with_encoded_items_is_byte_identical() -> None:
+def test_receipt_items_and_partial_lines_are_json_dumps() -> None:
     tests = [r.to_json() for r in RECORDS]
-    receipt = {"run_id": "ab", "tests": tests, "not_run": [{"nodeid": "t.py::c", "reason": "deadline passed"}],
-               "checks": {}, "all_ok": False}
-    known = {id(item): encode_item(item) for item in tests}
-    assert dump_json(receipt, known) == dump_json(receipt)
-    assert json.loads(dump_json(receipt, known)) == receipt
-
-
-def test_receipt_writes_the_encoded_text_it_is_given() -> None:
-    """Positive control of the reuse: a text given for an item is what is written (the caller keeps it equal
-    to the item), so the test above compares two paths, not one."""
-    tests = [r.to_json() for r in RECORDS]
-    written = dump_json({"tests": tests}, {id(tests[0]): '{"nodeid": "given"}'}).decode()
-    assert '    {"nodeid": "given"},' in written.splitlines()
-    assert f"    {encode_item(tests[1])}" in written.splitlines()
+    text = dump_json({"run_id": "ab", "tests": tests}).decode()
+    lines = [json.dumps(item, ensure_ascii=False, separators=(", ", ": ")) for item in tests]
+    assert '  "tests": [\n    ' + ",\n    ".join(lines) + "\n  ]" in text
 
 
 def test_partial_test_line_reads_back_as_its_record(tmp_path: Path) -> None:
@@ -63,9 +52,10 @@ def test_partial_test_line_reads_back_as_its_record(tmp_path: Path) -> None:
     log = PartialLog(path)
     log.write({"event": "start", "run_id": "ab"})
     for r in RECORDS:
-        log.write_test(encode_item(r.to_json()))
+        log.write({"event": "test", **r.to_json()})
     log.close(sync=False)
     # split on newlines only, as the reader does: str.splitlines would also split at the U+2028 in the data
-    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line]
-    assert lines[1:] == [{"event": "test", **r.to_json()} for r in RECORDS]
+    lines = path.read_text(encoding="utf-8").split("\n")
+    assert lines[1:] == [json.dumps({"event": "test", **r.to_json()}, ensure_ascii=False, separators=(",", ":"))
+                         for r in RECORDS] + [""]
     assert load_records(path) == {r.nodeid: r for r in RECORDS}
