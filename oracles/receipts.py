@@ -130,14 +130,16 @@ def checks_table(records: Iterable[TestRecord]) -> dict[str, dict[str, Any]]:
     ``module::name`` or ``module::Class::name``. The table does not depend on test order, so an
     ``-n 2`` run gives the same table as a serial one.
     """
-    owned = sorted(((r, _owner(r.nodeid)) for r in records), key=lambda pair: pair[0].nodeid)
+    owned = sorted(((r.nodeid, r, _owner(r.nodeid)) for r in records), key=operator.itemgetter(0))
     owners: dict[str, set[str]] = {}
-    for r, owner in owned:
+    for _, r, owner in owned:
         owners.setdefault(r.check, set()).add(owner)
     table: dict[str, dict[str, Any]] = {}
-    for r, owner in owned:
+    for _, r, owner in owned:
         key = r.check if len(owners[r.check]) == 1 else f"{owner}::{r.check}"
-        row = table.setdefault(key, {"family": r.family, "ok": None, "passed": 0, "failed": [], "skipped": 0})
+        row = table.get(key)
+        if row is None:
+            row = table[key] = {"family": r.family, "ok": None, "passed": 0, "failed": [], "skipped": 0}
         label = r.record_id or r.nodeid
         if r.outcome in FAILING:
             row["failed"].append(label)
