@@ -14,7 +14,7 @@ import functools
 import importlib.util
 import time
 from pathlib import Path
-from typing import Any, Callable, ParamSpec, Sequence, TypeVar
+from typing import Any, Callable, ClassVar, ParamSpec, Sequence, TypeVar
 
 import numpy as np
 
@@ -61,7 +61,7 @@ class TorchReference(TorchCohort):
 
     id = "torch"
     device = "cpu"
-    devices = ("cpu", "cuda", "mps")
+    devices: ClassVar[tuple[str, ...]] = ("cpu", "cuda", "mps")
 
     @classmethod
     def device_unavailable(cls, device: str) -> str | None:
