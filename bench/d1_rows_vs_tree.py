@@ -18,13 +18,58 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from oracles.engines import engine_class  # noqa: E402
+from oracles.engines.base import Engine  # noqa: E402
 from oracles.families import d1  # noqa: E402
 from oracles.families.d1_run import row_pass, tree_pass  # noqa: E402
 from oracles.pins import DEFAULT_PIN, load_pin, snapshot_dir, verify_snapshot  # noqa: E402
+
+Rows = dict[tuple[str, str], dict[str, Any]]
+
+
+def row_buckets(engine: Engine, requests: list[d1.Request], meta: dict[str, Any], rows: Rows) -> dict[int, dict[str, float]]:
+    """Part 1: the row path of every question, summed per length bucket (rows, tokens, seconds, tokens/s)."""
+    buckets: dict[int, dict[str, float]] = {}
+    for r in requests:
+        for q in r.questions:
+            if (r.id, q.qid) not in rows:
+                continue
+            row = rows[(r.id, q.qid)]
+            run = row_pass(engine, row["ids"], row["readout_ids"])
+            b = buckets.setdefault(meta[r.id]["bucket"], {"rows": 0, "tokens": 0, "seconds": 0.0})
+            b["rows"] += 1
+            b["tokens"] += len(row["ids"])
+            b["seconds"] += run.seconds
+    for b in buckets.values():
+        b["tokens_per_second"] = round(b["tokens"] / b["seconds"], 1)
+        b["seconds"] = round(b["seconds"], 3)
+    return buckets
+
+
+def trees_vs_rows(engine: Engine, requests: list[d1.Request], meta: dict[str, Any], rows: Rows,
+                  repeats: int) -> list[dict[str, Any]]:
+    """Part 2: per multi-question request, the row path and the tree path run alternately ``repeats``
+    times each; their medians and the ratio tree/row."""
+    trees = []
+    for r in requests:
+        m = meta[r.id]
+        if m["path"] != "tree":
+            continue
+        groups = [rows[(r.id, qid)]["readout_ids"] for qid in m["questions"]]
+        ids = [rows[(r.id, qid)]["ids"] for qid in m["questions"]]
+        row_s, tree_s = [], []
+        for _ in range(repeats):
+            row_s.append(sum(row_pass(engine, i, g).seconds for i, g in zip(ids, groups)))
+            tree_s.append(tree_pass(engine, m["trunk"], m["branches"], groups).seconds)
+        trees.append({"id": r.id, "bucket": m["bucket"], "questions": len(ids), "trunk_len": len(m["trunk"]),
+                      "row_tokens": sum(map(len, ids)), "tree_tokens": len(m["trunk"]) + sum(map(len, m["branches"])),
+                      "rows_median_s": round(statistics.median(row_s), 4), "tree_median_s": round(statistics.median(tree_s), 4),
+                      "tree_over_rows": round(statistics.median(tree_s) / statistics.median(row_s), 4)})
+    return trees
 
 
 def main() -> int:
@@ -50,37 +95,8 @@ def main() -> int:
     rows = {(r["id"], r["qid"]): r for r in rows_doc["rows"]}
     requests = [r for r in d1.load_requests() if meta[r.id]["bucket"] <= a.max_bucket]
     engine.forward([1, 2, 3], keep=1)  # warm-up: first-call allocations are not charged to a bucket
-
-    buckets: dict[int, dict[str, float]] = {}
-    for r in requests:
-        for q in r.questions:
-            if (r.id, q.qid) not in rows:
-                continue
-            row = rows[(r.id, q.qid)]
-            run = row_pass(engine, row["ids"], row["readout_ids"])
-            b = buckets.setdefault(meta[r.id]["bucket"], {"rows": 0, "tokens": 0, "seconds": 0.0})
-            b["rows"] += 1
-            b["tokens"] += len(row["ids"])
-            b["seconds"] += run.seconds
-    for b in buckets.values():
-        b["tokens_per_second"] = round(b["tokens"] / b["seconds"], 1)
-        b["seconds"] = round(b["seconds"], 3)
-
-    trees = []
-    for r in requests:
-        m = meta[r.id]
-        if m["path"] != "tree":
-            continue
-        groups = [rows[(r.id, qid)]["readout_ids"] for qid in m["questions"]]
-        ids = [rows[(r.id, qid)]["ids"] for qid in m["questions"]]
-        row_s, tree_s = [], []
-        for _ in range(a.repeats):
-            row_s.append(sum(row_pass(engine, i, g).seconds for i, g in zip(ids, groups)))
-            tree_s.append(tree_pass(engine, m["trunk"], m["branches"], groups).seconds)
-        trees.append({"id": r.id, "bucket": m["bucket"], "questions": len(ids), "trunk_len": len(m["trunk"]),
-                      "row_tokens": sum(map(len, ids)), "tree_tokens": len(m["trunk"]) + sum(map(len, m["branches"])),
-                      "rows_median_s": round(statistics.median(row_s), 4), "tree_median_s": round(statistics.median(tree_s), 4),
-                      "tree_over_rows": round(statistics.median(tree_s) / statistics.median(row_s), 4)})
+    buckets = row_buckets(engine, requests, meta, rows)
+    trees = trees_vs_rows(engine, requests, meta, rows, a.repeats)
     total_rows = sum(t["rows_median_s"] for t in trees)
     total_tree = sum(t["tree_median_s"] for t in trees)
     doc = {"engine": a.engine, "pin": pin.name, "threads": a.threads, "load_seconds": round(load_s, 2), "repeats": a.repeats,

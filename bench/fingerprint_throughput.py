@@ -35,9 +35,11 @@ def main() -> int:
     args = parser.parse_args()
     a = np.random.default_rng(0).standard_normal((args.rows, args.cols), dtype=np.float32)
     mb = a.nbytes / 2**20
-    view = memoryview(a).cast("B")
+    view = a.data.cast("B")
     assert fingerprint(a)["sha256"] == hashlib.sha256(view).hexdigest()  # same bytes hashed
-    fp, plain, rows = [], [], []
+    fp: list[float] = []
+    plain: list[float] = []
+    rows: list[float] = []
     for i in range(args.rounds):
         pair = [("A", lambda: fingerprint(a)), ("B", lambda: hashlib.sha256(view).hexdigest())]
         for name, fn in pair if i % 2 == 0 else pair[::-1]:

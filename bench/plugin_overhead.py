@@ -16,9 +16,14 @@ temporary folder): an installed package's modules are compiled once, at install;
 plugin's modules in every run (~1 ms each here) would be a cost no user pays. The warm-up runs
 compile them.
 
+``--baseline PATH`` measures the plugin of another checkout too (its children run with
+``PYTHONPATH=PATH``), its pairs taken in turn with this tree's, A B A' B' ..., so a change is judged
+against the code before it in one run, under the same drift of the machine.
+
 ``--profile enabled|off`` prints the top of a cProfile of one run of that kind (in-process) instead.
 
-Usage: python bench/plugin_overhead.py [--tests 1000] [--pairs 9] [--only enabled|off] [--profile KIND]
+Usage: python bench/plugin_overhead.py [--tests 1000] [--pairs 9] [--only enabled|off] [--baseline PATH]
+       [--profile KIND]
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ENABLED_SUITE = """
@@ -72,14 +77,17 @@ def comparisons(n: int) -> dict[str, Comparison]:
     }
 
 
-def child_env(folder: Path) -> dict[str, str]:
-    """This environment, bytecode allowed and kept in ``folder/pycache`` (module docstring)."""
+def child_env(folder: Path, pythonpath: str | None = None) -> dict[str, str]:
+    """This environment, bytecode allowed and kept in ``folder/pycache`` (module docstring); with
+    ``pythonpath``, the plugin imported from there (a baseline checkout)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env["PYTHONPYCACHEPREFIX"] = str(folder.parent / "pycache")
+    if pythonpath is not None:
+        env["PYTHONPATH"] = pythonpath
     return env
 
 
-def run(folder: Path, extra: tuple[str, ...]) -> tuple[float, float]:
+def run(folder: Path, extra: tuple[str, ...], pythonpath: str | None = None) -> tuple[float, float]:
     """(wall seconds, CPU seconds user+sys) of one whole pytest process in ``folder``.
 
     Raises:
@@ -88,7 +96,7 @@ def run(folder: Path, extra: tuple[str, ...]) -> tuple[float, float]:
     cmd = [sys.executable, "-m", "pytest", *BASE, *extra]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    done = subprocess.run(cmd, cwd=folder, capture_output=True, text=True, env=child_env(folder))
+    done = subprocess.run(cmd, cwd=folder, capture_output=True, text=True, env=child_env(folder, pythonpath))
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
@@ -101,27 +109,46 @@ def spread(ratios: list[float]) -> str:
     return f"min {min(ratios):.3f}, q1 {q[0]:.3f}, q3 {q[2]:.3f}, max {max(ratios):.3f}"
 
 
-def measure(cmp: Comparison, folder: Path, pairs: int) -> float:
-    """Run ``pairs`` A/B pairs (after one warm-up of each) and print the pair ratios; returns the median wall ratio."""
+@dataclass
+class Pairs:
+    """The pairs of one side (this tree, or a baseline checkout): wall and CPU seconds of A and B."""
+
+    label: str
+    pythonpath: str | None
+    seconds: list[tuple[float, float]] = field(default_factory=list)
+    cpu: list[tuple[float, float]] = field(default_factory=list)
+
+    def report(self, cmp: Comparison) -> float:
+        """Print this side's pair ratios; returns the median wall ratio."""
+        wall = [a / b for a, b in self.seconds]
+        cpu = [a / b for a, b in self.cpu]
+        median = statistics.median(wall)
+        print(f"  {self.label}:")
+        print(f"    wall A median {statistics.median(s[0] for s in self.seconds):.3f} s, "
+              f"B {statistics.median(s[1] for s in self.seconds):.3f} s")
+        print(f"    wall ratio A/B, pair by pair: median {median:.3f} ({spread(wall)})")
+        print(f"    CPU  ratio A/B, pair by pair: median {statistics.median(cpu):.3f} ({spread(cpu)})")
+        print(f"    goal <= {cmp.goal}: {'met' if median <= cmp.goal else 'NOT met'}")
+        return median
+
+
+def measure(cmp: Comparison, folder: Path, pairs: int, baseline: str | None = None) -> float:
+    """Run ``pairs`` A/B pairs (after one warm-up of each), a baseline's pairs in turn with them, and
+    print the pair ratios; returns this tree's median wall ratio."""
     folder.mkdir()
     (folder / "pytest.ini").write_text(cmp.ini)
     (folder / "test_bench.py").write_text(cmp.suite)
-    run(folder, cmp.a), run(folder, cmp.b)  # warm-up: page cache, .pyc files
-    wall: list[float] = []
-    cpu: list[float] = []
-    seconds: list[tuple[float, float]] = []
+    sides = [Pairs("this tree", None)] + ([Pairs(f"baseline {baseline}", baseline)] if baseline else [])
+    for side in sides:  # warm-up: page cache, .pyc files
+        run(folder, cmp.a, side.pythonpath), run(folder, cmp.b, side.pythonpath)
     for _ in range(pairs):
-        (wa, ca), (wb, cb) = run(folder, cmp.a), run(folder, cmp.b)
-        wall.append(wa / wb)
-        cpu.append(ca / cb)
-        seconds.append((wa, wb))
-    median = statistics.median(wall)
-    print(f"{cmp.name} (A {' '.join(cmp.a) or '(as is)'}; B {' '.join(cmp.b)}), {pairs} pairs A B A B ...:")
-    print(f"  wall A median {statistics.median(s[0] for s in seconds):.3f} s, B {statistics.median(s[1] for s in seconds):.3f} s")
-    print(f"  wall ratio A/B, pair by pair: median {median:.3f} ({spread(wall)})")
-    print(f"  CPU  ratio A/B, pair by pair: median {statistics.median(cpu):.3f} ({spread(cpu)})")
-    print(f"  goal <= {cmp.goal}: {'met' if median <= cmp.goal else 'NOT met'}")
-    return median
+        for side in sides:
+            (wa, ca), (wb, cb) = run(folder, cmp.a, side.pythonpath), run(folder, cmp.b, side.pythonpath)
+            side.seconds.append((wa, wb))
+            side.cpu.append((ca, cb))
+    order = "A B A' B' ..." if baseline else "A B A B ..."
+    print(f"{cmp.name} (A {' '.join(cmp.a) or '(as is)'}; B {' '.join(cmp.b)}), {pairs} pairs {order}:")
+    return [side.report(cmp) for side in sides][0]
 
 
 def profile(cmp: Comparison, folder: Path) -> None:
@@ -147,6 +174,8 @@ def main() -> int:
     parser.add_argument("--tests", type=int, default=1000, help="trivial parametrized tests; default: %(default)r")
     parser.add_argument("--pairs", type=int, default=9, help="A/B pairs per comparison; default: %(default)r")
     parser.add_argument("--only", choices=("enabled", "off"), default=None, help="run one comparison")
+    parser.add_argument("--baseline", default=None, metavar="PATH",
+                        help="also measure the plugin of the checkout at PATH, its pairs in turn with this tree's")
     parser.add_argument("--profile", choices=("enabled", "off"), default=None, help="profile one run of A instead")
     args = parser.parse_args()
     table = comparisons(args.tests)
@@ -155,7 +184,7 @@ def main() -> int:
             profile(table[args.profile], Path(tmp) / args.profile)
             return 0
         for key in [args.only] if args.only else list(table):
-            measure(table[key], Path(tmp) / key, args.pairs)
+            measure(table[key], Path(tmp) / key, args.pairs, args.baseline)
     return 0
 
 

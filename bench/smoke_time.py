@@ -39,7 +39,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5, help="A/B alternations; default: %(default)r")
     args = parser.parse_args()
-    full, collect = [], []
+    full: list[float] = []
+    collect: list[float] = []
     with tempfile.TemporaryDirectory(prefix="oracles-smoke-") as tmp:
         run("--collect-only", "-q")  # warm-up: page cache, .pyc files
         last = ""

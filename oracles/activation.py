@@ -23,6 +23,7 @@ import pytest
 
 from oracles.collect import markers_of
 from oracles.engines.base import Unsupported
+from oracles.environment import EnvironmentProbe
 from oracles.errors import OracleError
 from oracles.families import family_of
 from oracles.pins import parse_snapshot_options
@@ -30,7 +31,7 @@ from oracles.project import DEFAULTS, PINS_KEY, RECORDS_KEY, ProjectDirs, use_pr
 from oracles.receipts import load_records, plain_nodeid
 from oracles.resume import check_resume_source, partial_header, reference_setting
 from oracles.settings import Settings, project_path
-from oracles.state import EVENTS_KEY, FAMILY_KEY, EnvironmentProbe, RunState, keep, state_of
+from oracles.state import EVENTS_KEY, FAMILY_KEY, RunState, keep, state_of
 
 #: pytest options under which no test body runs: a receipt would list every test as passed or not run.
 NO_RUN_OPTIONS = ("collectonly", "showfixtures", "show_fixtures_per_test", "markers", "help", "version",

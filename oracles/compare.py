@@ -87,8 +87,9 @@ def plan(ref: list[Unit], port: list[Unit], ref_engine: str, port_engine: str | 
         paths: the two receipts' files, for messages.
 
     Raises:
-        ReceiptError: a given pin without units on its side (the pins present named); a pin pair whose port would be the reference's own records (the same engine, pin
-            and run: a comparison that cannot fail); two units with one key (:func:`by_key`); several
+        ReceiptError: a given pin without units on its side (the pins present named); a pin pair whose
+            port would be the reference's own records (the same engine, pin and run: a comparison that
+            cannot fail); two units with one key (:func:`by_key`); several
             port engines on one pin.
     """
     ref_path, port_path = paths

@@ -55,7 +55,7 @@ def _require_finite(arr: np.ndarray, name: str) -> None:
 
 def _checked(arr: np.ndarray, name: str, digest: Callable[[memoryview], T]) -> T:
     """``digest`` of ``arr``'s bytes, after (or, for large arrays, while) refusing non-finite values."""
-    view = memoryview(arr.reshape(-1)).cast("B")
+    view = arr.reshape(-1).data.cast("B")
     if arr.nbytes < THREAD_MIN_BYTES:
         _require_finite(arr, name)
         return digest(view)

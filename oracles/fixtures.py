@@ -22,17 +22,25 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Protocol, TypeVar
 
 import pytest
 
 if TYPE_CHECKING:
     from oracles.engines.base import Engine
+    from oracles.pins import Pin
     from oracles.receipts import Receipt
 
 # The library is imported inside the fixtures, not here: the plugin registers this module in every
 # pytest run, and a run that uses none of these fixtures must not pay for numpy or the engine registry.
 Engines = Callable[[str, str], "Engine"]
+T = TypeVar("T")
+
+
+class Runs(Protocol):
+    """The ``runs`` fixture: ``runs(key, fn)`` is ``fn()``'s value (or exception), once per session per key."""
+
+    def __call__(self, key: Hashable, fn: Callable[[], T], /) -> T: ...
 
 
 @pytest.fixture(scope="session")
@@ -130,7 +138,7 @@ def port(engines: Engines, port_id: str, pin: str) -> Engine:
 
 
 @pytest.fixture
-def pin_file(pin: str) -> Any:
+def pin_file(pin: str) -> Pin:
     """The parsed pin file (:class:`oracles.pins.Pin`) of this test's pin."""
     from oracles.pins import load_pin
 
@@ -138,11 +146,11 @@ def pin_file(pin: str) -> Any:
 
 
 @pytest.fixture(scope="session")
-def runs() -> Callable[[Any, Callable[[], Any]], Any]:
+def runs() -> Runs:
     """``runs(key, fn)``: ``fn()`` once per session per key, memoised (exceptions too, re-raised)."""
-    cache: dict[Any, tuple[str, Any]] = {}
+    cache: dict[Hashable, tuple[str, Any]] = {}
 
-    def once(key: Any, fn: Callable[[], Any]) -> Any:
+    def once(key: Hashable, fn: Callable[[], T], /) -> T:
         if key not in cache:
             try:
                 cache[key] = ("ok", fn())

@@ -95,7 +95,8 @@ def materialize(pin: Pin, dest: Path | None = None, *, write_pin: bool = False) 
         build, got = _twin_builder(pin, parts), None
     else:
         if parts["kind"] != "pypi" or not (parts["file"] or "").endswith(".gguf"):
-            raise PinError(f"{pin.path}: source {pin.source!r}: only pypi:PKG==VER#FILE.gguf and twin:NAME#SEED sources can be built")
+            raise PinError(f"{pin.path}: source {pin.source!r}: only pypi:PKG==VER#FILE.gguf and twin:NAME#SEED sources "
+                           "can be built")
         gguf = locate_pypi_file(parts["what"] or "", parts["version"], parts["file"] or "")
         got = sha256_file(gguf)
         if pin.source_sha256 and got != pin.source_sha256 and not write_pin:

@@ -254,7 +254,7 @@ def write_pin(name: str, spec: str, pins_dir: Path | None = None, *, trained: bo
     doc = pin_document(name, snap, hash_files(snap, progress), trained)
     target = (pins_dir or where.dirs[0]) / f"{name}.json"
     target.parent.mkdir(parents=True, exist_ok=True)
-    from oracles.receipts import write_exclusive
+    from oracles.receipt_files import write_exclusive
 
     try:
         write_exclusive(target, (json.dumps(doc, indent=2) + "\n").encode())

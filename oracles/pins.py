@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from oracles.errors import PinError
-from oracles.receipts import load_json
+from oracles.receipt_files import load_json
 
 BUILTIN = Path(__file__).resolve().parent / "builtin"
 BUILTIN_PINS = BUILTIN / "pins"

@@ -53,7 +53,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--no-receipt", action="store_true", default=False,
                     help="write no receipt, partial log or npz sidecar; default: %(default)r")
     group.addoption("--snapshot", action="append", default=[], metavar="NAME=PATH",
-                    help="use the local snapshot folder PATH for pin NAME, verified against the pin; repeatable; default: %(default)r")
+                    help="use the local snapshot folder PATH for pin NAME, verified against the pin; repeatable; "
+                         "default: %(default)r")
     group.addoption("--reference", default="torch", metavar="ENGINE",
                     help="engine id of the reference; default: %(default)r")
     group.addoption("--reference-device", default="cpu", choices=("cpu", "cuda", "mps"),
@@ -63,7 +64,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="engine id(s) of ports, comma-separated (one that cannot run here is refused); 'auto' = every "
                          "registered engine but the reference that can run here, 'none' = no port; default: %(default)r")
     group.addoption("--oracle-threads", type=int, default=0, metavar="N",
-                    help="intra-op threads for engines (torch.set_num_threads); 0 leaves the library default; default: %(default)r")
+                    help="intra-op threads for engines (torch.set_num_threads); 0 leaves the library default; "
+                         "default: %(default)r")
     group.addoption("--deadline", type=float, default=None, metavar="SECONDS",
                     help="start no new test after SECONDS from session start; the rest are listed as not run and the "
                          "session exits 2 (interrupted); default: %(default)r")

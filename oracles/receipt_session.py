@@ -64,7 +64,8 @@ class ReceiptSession:
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
         state.partial.write({"event": "end", "receipt": state.receipt_path.name if state.receipt_path else None,
                              "error": state.write_error})
-        state.partial.close()
+        # the receipt (fsynced, its folder too) holds every record; without one the log is the evidence
+        state.partial.close(sync=state.receipt_path is None)
 
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
         state = config.stash.get(STATE_KEY, None)

@@ -1,10 +1,10 @@
-"""Receipt records and their I/O: exclusive atomic writes, the partial JSONL, loading, npz sidecars.
+"""Receipt records: the test record, the checks table, JSON safety of attached data, the ``receipt``
+fixture's object, and reading records back.
 
-A receipt is one JSON file per test session, ``receipts/<tag>/<UTC time>-<run id>.json``. It is
-never overwritten: it is written to a temporary file, fsynced, then hard-linked to its final name
-(``os.link`` fails when the name exists) and the temporary name removed. Beside it a
-``.partial.jsonl`` gains one flushed line per finished test while the session runs, so a killed run
-leaves its evidence; :func:`load_records` reads either file back (for ``--resume``).
+A receipt is one JSON file per test session, ``receipts/<tag>/<UTC time>-<run id>.json``, never
+overwritten; beside it a ``.partial.jsonl`` gains one line per finished test while the session runs,
+so a killed run leaves its evidence (the files: :mod:`oracles.receipt_files`); :func:`load_records`
+reads either file back (for ``--resume``).
 """
 
 from __future__ import annotations
@@ -12,12 +12,13 @@ from __future__ import annotations
 import functools
 import json
 import math
-import os
+import operator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from oracles.errors import FixtureError, ReceiptError
+from oracles.errors import FixtureError
+from oracles.receipt_files import load_json
 
 #: 2: comparable units are declared records under a test's ``data.units`` (:mod:`oracles.units`), no
 #: longer loose fields of its data; a reader refuses a receipt of another schema.
@@ -52,8 +53,9 @@ class TestRecord:
     resumed_from: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The record as a dict (shallow: ``data`` is shared, not copied; it is JSON-safe already)."""
-        return {name: getattr(self, name) for name in _RECORD_FIELDS}
+        """The record as a dict, fields in declaration order (shallow: ``data`` is shared, not copied; it
+        is JSON-safe already)."""
+        return dict(zip(_RECORD_FIELDS, _record_values(self)))
 
     @classmethod
     def from_json(cls, obj: Any, where: str) -> "TestRecord":
@@ -71,12 +73,13 @@ class TestRecord:
             raise FixtureError(f"{where}: field 'outcome' is {obj['outcome']!r}, not one of {', '.join(OUTCOMES)}")
         known = {f for f in cls.__dataclass_fields__}
         check, record_id = split_nodeid(obj["nodeid"])
-        values = {"family": "unit", "check": check, "record_id": record_id, "duration": 0.0}
+        values: dict[str, Any] = {"family": "unit", "check": check, "record_id": record_id, "duration": 0.0}
         values.update({k: v for k, v in obj.items() if k in known})
         return cls(**values)
 
 
 _RECORD_FIELDS = tuple(f.name for f in fields(TestRecord))
+_record_values = operator.attrgetter(*_RECORD_FIELDS)  # one C call for every field: a record per test
 
 
 def plain_nodeid(nodeid: str) -> str:
@@ -107,15 +110,15 @@ def split_nodeid(nodeid: str) -> tuple[str, str]:
 
 
 @functools.lru_cache(maxsize=4096)
-def _module_stem(path: str) -> str:
-    """``Path(path).stem``, once per module: a receipt asks it for every test of the module."""
-    return Path(path).stem
+def _owner_of(head: str) -> str:
+    """``"tests/x.py::TestA"`` -> ``"x::TestA"``, once per module or class: a receipt asks it for every test."""
+    parts = head.split("::") if head else []
+    return "::".join([Path(parts[0]).stem, *parts[1:]]) if parts else ""
 
 
 def _owner(nodeid: str) -> str:
     """What holds the test function: ``"tests/x.py::TestA::test_b[p]"`` -> ``"x::TestA"``."""
-    parts = nodeid.partition("[")[0].split("::")[:-1]
-    return "::".join([_module_stem(parts[0]), *parts[1:]]) if parts else ""
+    return _owner_of(nodeid.partition("[")[0].rpartition("::")[0])
 
 
 def checks_table(records: Iterable[TestRecord]) -> dict[str, dict[str, Any]]:
@@ -127,14 +130,16 @@ def checks_table(records: Iterable[TestRecord]) -> dict[str, dict[str, Any]]:
     ``module::name`` or ``module::Class::name``. The table does not depend on test order, so an
     ``-n 2`` run gives the same table as a serial one.
     """
-    records = list(records)
+    owned = sorted(((r.nodeid, r, _owner(r.nodeid)) for r in records), key=operator.itemgetter(0))
     owners: dict[str, set[str]] = {}
-    for r in records:
-        owners.setdefault(r.check, set()).add(_owner(r.nodeid))
+    for _, r, owner in owned:
+        owners.setdefault(r.check, set()).add(owner)
     table: dict[str, dict[str, Any]] = {}
-    for r in sorted(records, key=lambda r: r.nodeid):
-        key = r.check if len(owners[r.check]) == 1 else f"{_owner(r.nodeid)}::{r.check}"
-        row = table.setdefault(key, {"family": r.family, "ok": None, "passed": 0, "failed": [], "skipped": 0})
+    for _, r, owner in owned:
+        key = r.check if len(owners[r.check]) == 1 else f"{owner}::{r.check}"
+        row = table.get(key)
+        if row is None:
+            row = table[key] = {"family": r.family, "ok": None, "passed": 0, "failed": [], "skipped": 0}
         label = r.record_id or r.nodeid
         if r.outcome in FAILING:
             row["failed"].append(label)
@@ -249,125 +254,6 @@ class Receipt:
         self._data.setdefault("arrays", {})[name] = {"npz_key": safe, "shape": list(arr.shape), "dtype": arr.dtype.str}
 
 
-# ---------------------------------------------------------------------------------------------
-# Files
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_exclusive(path: Path, data: bytes) -> None:
-    """Create ``path`` with ``data``: temporary file, fsync, hard link to the final name, unlink.
-
-    The final name appears whole or not at all and is never overwritten.
-
-    Raises:
-        ReceiptError: when ``path`` exists or its folder cannot be written; no file is left behind.
-    """
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "xb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.link(tmp, path)
-    except FileExistsError as exc:
-        raise ReceiptError(f"{path}: already exists; receipts are never overwritten") from exc
-    except OSError as exc:
-        raise ReceiptError(f"{path}: cannot be written: {exc.strerror or exc}") from exc
-    finally:
-        try:
-            tmp.unlink(missing_ok=True)
-        except OSError:  # the folder itself is unusable (e.g. a file): the error above says so
-            pass
-    fsync_dir(path.parent)
-
-
-#: Top-level lists of a receipt written one compact item per line.
-ONE_LINE_ITEMS = ("tests", "not_run")
-
-
-#: Encoders made once: ``json.dumps`` with any non-default argument builds a new encoder per call, a
-#: cost paid per test (a partial-log line) and per receipt item.
-_LINE = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(",", ":"))
-_ITEM = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(", ", ": "))
-
-
-def dump_json(obj: Any) -> bytes:
-    """Strict JSON (no NaN), UTF-8, two-space indent.
-
-    The items of a receipt's ``tests`` and ``not_run`` lists are written one compact line each:
-    readable for thousands of tests, and json's C encoder (used only without ``indent``) writes them
-    about ten times faster than the indented pure-Python one.
-
-    Raises:
-        ValueError: a NaN or infinity anywhere in ``obj``.
-    """
-    def dumps(value: Any, indent: int | None) -> str:
-        if indent is None:
-            return _ITEM.encode(value)
-        return json.dumps(value, indent=indent, allow_nan=False, ensure_ascii=False)
-
-    if not isinstance(obj, dict):
-        return (dumps(obj, 2) + "\n").encode()
-    parts = []
-    for key, value in obj.items():
-        if key in ONE_LINE_ITEMS and isinstance(value, list) and value:
-            text = "[\n    " + ",\n    ".join(dumps(item, None) for item in value) + "\n  ]"
-        else:  # strings hold no raw newline in JSON, so re-indenting by lines is safe
-            text = dumps(value, 2).replace("\n", "\n  ")
-        parts.append(f"  {dumps(str(key), None)}: {text}")
-    return ("{\n" + ",\n".join(parts) + "\n}\n").encode() if parts else b"{}\n"
-
-
-class PartialLog:
-    """The ``.partial.jsonl`` beside a receipt: opened exclusively, one flushed line per finished test.
-
-    Lines are flushed to the OS at once, so they survive the process being killed; the file is
-    fsynced when closed.
-    """
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        try:
-            self._fh = open(path, "xb", buffering=0)  # unbuffered: each line is one write(2), nothing held back
-        except OSError as exc:
-            raise ReceiptError(f"{path}: cannot be created: {exc.strerror or exc}") from exc
-
-    def write(self, obj: Mapping[str, Any]) -> None:
-        self._fh.write((_LINE.encode(obj) + "\n").encode("utf-8"))
-
-    def close(self) -> None:
-        if not self._fh.closed:
-            os.fsync(self._fh.fileno())
-            self._fh.close()
-
-
-def load_json(path: Path) -> Any:
-    """Read a JSON file; a syntax error names the file and line.
-
-    Raises:
-        FixtureError: ``"<path>:<line>:<col>: <msg>"``, ``"<path>: cannot be read: ..."``, or
-            ``"<path>: not a UTF-8 text file ..."`` (e.g. an npz sidecar passed where its JSON belongs).
-    """
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise FixtureError(f"{path}: cannot be read: {exc.strerror or exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise FixtureError(f"{path}: not a UTF-8 text file (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}), "
-                           f"so not a JSON receipt") from exc
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise FixtureError(f"{path}:{exc.lineno}:{exc.colno}: not valid JSON: {exc.msg}") from exc
-
-
 def load_records(path: Path) -> dict[str, TestRecord]:
     """Test records by nodeid from a receipt (``.json``) or a partial log (``.partial.jsonl``).
 
@@ -404,27 +290,3 @@ def load_records(path: Path) -> dict[str, TestRecord]:
         rec = TestRecord.from_json(obj, f"{path}: tests[{i}]")
         out[rec.nodeid] = rec
     return out
-
-
-def pack_arrays(staging: Path, npz: Path) -> int:
-    """Pack every ``*.npy`` in ``staging`` into one npz sidecar, written exclusively; remove staging.
-
-    Returns the number of arrays packed (0 writes no file).
-
-    Raises:
-        ReceiptError: when ``npz`` exists or cannot be written.
-    """
-    files = sorted(staging.glob("*.npy")) if staging.is_dir() else []
-    if files:
-        import io
-
-        import numpy as np  # only when there are arrays: a run without any need not import numpy
-
-        buf = io.BytesIO()
-        np.savez(buf, **{f.stem: np.load(f, allow_pickle=False) for f in files})
-        write_exclusive(npz, buf.getvalue())
-    for f in files:
-        f.unlink()
-    if staging.is_dir():
-        staging.rmdir()
-    return len(files)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Collection
 
 from oracles.errors import FixtureError, TokensMissing
-from oracles.receipts import load_json
+from oracles.receipt_files import load_json
 
 if TYPE_CHECKING:
     from oracles.pins import Pin

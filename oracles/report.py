@@ -12,7 +12,8 @@ def format_checks(checks: Mapping[str, Mapping[str, Any]], all_ok: bool) -> list
     for name, row in checks.items():
         ok = {True: "yes", False: "NO", None: "-"}[row["ok"]]
         failed = ", ".join(row["failed"][:6]) + (f" (+{len(row['failed']) - 6})" if len(row["failed"]) > 6 else "")
-        lines.append(f"{name:<{width}}  {str(row.get('family') or ''):<10}  {ok:<5}  {row['passed']:>6}  {row['skipped']:>7}  {failed}")
+        family = str(row.get("family") or "")
+        lines.append(f"{name:<{width}}  {family:<10}  {ok:<5}  {row['passed']:>6}  {row['skipped']:>7}  {failed}")
     lines.append(f"all_ok: {all_ok}")
     return lines
 
@@ -22,8 +23,10 @@ def format_benchmarks(tests: Sequence[Mapping[str, Any]]) -> list[str]:
     pin, engine, threads, medians of the paired protocol, its speedup with the interquartile range of
     the paired ratios, the conditioned speedup and its even/odd strata, and whether ``/proc`` saw swap
     or major faults in the window. Empty when no test attached one."""
-    rows = [t["data"]["cohort_benchmark"] for t in tests if isinstance(t.get("data"), Mapping)
-            and isinstance(t["data"].get("cohort_benchmark"), Mapping)]
+    # dict, not Mapping: a receipt's records are JSON objects, and an ABC check per test is the cost of
+    # this table in a session of thousands of tests with no benchmark
+    rows = [bench for t in tests if isinstance(data := t.get("data"), dict)
+            and isinstance(bench := data.get("cohort_benchmark"), dict)]
     if not rows:
         return []
     head = ("pin", "engine", "thr", "serial ms", "cohort ms", "speedup", "ratio IQR", "cond.", "even/odd", "disturbed")

@@ -15,7 +15,8 @@ from typing import Any
 
 from oracles.errors import FixtureError
 from oracles.pins import load_pin, store
-from oracles.receipts import SCHEMA_VERSION, load_json
+from oracles.receipt_files import load_json
+from oracles.receipts import SCHEMA_VERSION
 
 #: The ``resume_unchecked`` note of a receipt resumed from a partial log.
 PARTIAL_UNCHECKED = "pins: a .partial.jsonl records none"

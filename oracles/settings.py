@@ -133,10 +133,10 @@ def _check_device(reference: str, device: str) -> None:
     if device == "cpu":
         return
     cls = engine_class(reference)
-    devices = getattr(cls, "devices", ("cpu",))
+    devices = cls.devices
     if device not in devices:
         raise OracleError(f"--reference-device {device}: engine {reference} runs on {', '.join(devices)} only")
-    why = cls.device_unavailable(device)  # type: ignore[attr-defined]  # declared where devices is
+    why = cls.device_unavailable(device)
     if why is not None:
         raise OracleError(f"--reference-device {device}: {why}")
 

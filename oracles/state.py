@@ -8,38 +8,23 @@ to queue session events (pin verified, engine loaded) that ride to the controlle
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
-import platform
-import re
 import secrets
-import subprocess
-import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from oracles.errors import OracleError
-from oracles.receipts import (
-    SCHEMA_VERSION,
-    PartialLog,
-    TestRecord,
-    all_ok,
-    checks_table,
-    dump_json,
-    pack_arrays,
-    plain_nodeid,
-    split_nodeid,
-    write_exclusive,
-)
+from oracles.receipt_files import PartialLog, dump_json, pack_arrays, write_exclusive
+from oracles.receipts import SCHEMA_VERSION, TestRecord, all_ok, checks_table, plain_nodeid, split_nodeid
 
 if TYPE_CHECKING:
+    from oracles.environment import EnvironmentProbe
     from oracles.settings import Settings
 
 #: The user_properties keys this plugin uses on reports.
@@ -47,10 +32,6 @@ DATA_KEY = "oracles.data"
 EVENTS_KEY = "oracles.events"
 FAMILY_KEY = "oracles.family"  # the family of a test, from its marker names (oracles.collect.markers_of)
 TIMEOUT_MARK = "Timeout (>"  # pytest-timeout's failure text: "Failed: Timeout (>Ns) from pytest-timeout."
-
-VERSIONED = ("python", "numpy", "torch", "transformers", "tokenizers", "safetensors", "mlx", "mlx-lm",
-             "pytest", "pytest-xdist", "pytest-timeout", "pytest-oracles")
-
 
 def utc_now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -66,82 +47,6 @@ def worker_id(config: Any = None) -> str:
     if workerinput is not None:
         return str(workerinput.get("workerid", "gw?"))
     return "main" if config is not None else os.environ.get("PYTEST_XDIST_WORKER", "main")
-
-
-def _dist_key(name: str) -> str:
-    return re.sub(r"[-_.]+", "_", name).lower()
-
-
-def installed_versions(names: Sequence[str]) -> dict[str, str | None]:
-    """The installed version of each distribution in ``names`` (``None`` when not installed).
-
-    Read from the ``{name}-{version}.dist-info`` folder names on ``sys.path``, first match winning as
-    for imports (PyPA "Recording installed projects": the folder is named for the distribution, ``-``
-    and ``.`` escaped as ``_``, and its version). importlib.metadata parses each METADATA file with the
-    email parser, ~6 ms a package here (72 ms for these eleven, in every session); a folder scan is
-    ~1 ms. A name not found that way (an egg-info install) falls back to importlib.metadata.
-    """
-    want = {_dist_key(n): n for n in names}
-    found: dict[str, str | None] = {}
-    for entry in sys.path:
-        try:
-            folders = [d.name for d in os.scandir(entry or ".") if d.name.endswith(".dist-info")]
-        except OSError:
-            continue
-        for folder in folders:
-            dist, _, version = folder[: -len(".dist-info")].rpartition("-")
-            name = want.get(_dist_key(dist))
-            if name is not None and name not in found:
-                found[name] = version
-    for name in names:
-        if name not in found:
-            try:
-                found[name] = importlib.metadata.version(name)
-            except importlib.metadata.PackageNotFoundError:
-                found[name] = None
-    return {name: found[name] for name in names}
-
-
-def environment(rootdir: Path, threads: int) -> dict[str, Any]:
-    """Versions (from the installed distributions, importing nothing heavy), threads, machine and git state."""
-    versions: dict[str, str | None] = {"python": platform.python_version(), **installed_versions(VERSIONED[1:])}
-    env_threads = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-                                                   "OPENBLAS_CORETYPE", "VECLIB_MAXIMUM_THREADS")}
-
-    def git(*args: str) -> str | None:
-        try:
-            done = subprocess.run(["git", "-C", str(rootdir), *args], capture_output=True, text=True, timeout=10)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        return done.stdout.strip() if done.returncode == 0 else None
-
-    commit = git("rev-parse", "HEAD")
-    status = git("status", "--porcelain", "--untracked-files=no") if commit else None
-    return {
-        "versions": versions,
-        "threads": {"oracle_threads": threads, "cpu_count": os.cpu_count(), **env_threads},
-        "machine": {"system": platform.system(), "release": platform.release(), "machine": platform.machine(),
-                    "processor": platform.processor(), "node": platform.node()},
-        "git": {"commit": commit, "dirty": None if status is None else bool(status)},
-        "executable": sys.executable,
-    }
-
-
-class EnvironmentProbe:
-    """:func:`environment` computed in a background thread from session start (its git and package
-    metadata reads then overlap collection and tests instead of lengthening the session's end)."""
-
-    def __init__(self, rootdir: Path, threads: int) -> None:
-        self._result: list[dict[str, Any]] = []
-        self._thread = threading.Thread(target=lambda: self._result.append(environment(rootdir, threads)),
-                                        name="oracles-environment", daemon=True)
-        self._thread.start()
-
-    def result(self) -> dict[str, Any]:
-        self._thread.join()
-        if not self._result:  # the thread failed; its traceback went to stderr
-            return {"error": "environment probe failed"}
-        return self._result[0]
 
 
 @dataclass
@@ -165,7 +70,7 @@ class RunState:
     collected: list[str] = field(default_factory=list)
     collection_errors: list[dict[str, Any]] = field(default_factory=list)  # {"nodeid", "summary"}
     partial: PartialLog | None = None
-    environment_probe: "EnvironmentProbe | None" = None
+    environment_probe: EnvironmentProbe | None = None
     receipt_path: Path | None = None
     receipt: dict[str, Any] | None = None
     write_error: str | None = None
@@ -231,6 +136,9 @@ class RunState:
         record = self._record(nodeid, self.open_reports.pop(nodeid))
         self.records[record.nodeid] = record
         if self.partial is not None:
+            # in the OS before the next test starts (one write(2)); no fsync per line. Nothing of it is
+            # kept: the receipt encodes the records again at the end, in one warm loop, cheaper than what
+            # a thousand retained lines cost the tests in between (measured: ~9 ms per 1,000 tests).
             self.partial.write({"event": "test", **record.to_json()})
         return record
 

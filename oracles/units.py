@@ -4,8 +4,9 @@ A *unit* is the smallest thing a reference and a port are held against each othe
 decode, one generation, one chat turn, one read-out question. A test attaches its units with
 :func:`attach_unit` (the one writer), which stores them as a list under ``data["units"]`` of the test's
 record (a chat test attaches one per turn) and their logits in the npz sidecar; readers load them with
-:func:`units_of` (the one reader). A record holds units because it holds ``units``: no other field of a
-test's data makes it one, so ``kind`` and the rest stay free for a test's own figures.
+:func:`oracles.units_reader.units_of` (the one reader). A record holds units because it holds
+``units``: no other field of a test's data makes it one, so ``kind`` and the rest stay free for a
+test's own figures.
 
 A unit is keyed by ``(kind, request_sha256, unit, pin)``: no path, nodeid or machine name, so receipts
 of different machines compare, and one receipt holding two pins per engine (SmolLM2 and its hybrid twin)
@@ -16,16 +17,12 @@ from __future__ import annotations
 
 import math
 import re
-import zipfile
-import zlib
 from dataclasses import dataclass, field, fields, replace
-from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from oracles.errors import ReceiptError
-from oracles.receipts import SCHEMA_VERSION, Receipt
+from oracles.receipts import Receipt
 
 #: The field of a test record's data that holds its units.
 DATA_KEY = "units"
@@ -129,8 +126,11 @@ class Unit:
                 for k, v in out.items() if v is not None}
 
 
-class _Bad(Exception):
-    """A field of a unit is wrong: ``field``, ``problem``, and the exception type a writer raises for it."""
+class BadField(Exception):
+    """A field of a unit is wrong: ``field``, ``problem``, and the exception type a writer raises for it.
+
+    Raised by :func:`parse_unit`; the writer (:func:`attach_unit`) and the reader
+    (:func:`oracles.units_reader.units_of`) word it for their callers."""
 
     def __init__(self, field: str, problem: str, kind: type[Exception] = ValueError) -> None:
         super().__init__(field, problem)
@@ -145,7 +145,7 @@ _FIELDS = frozenset({"kind", "request_sha256", "unit", *_STRINGS, "ids", "tokens
 
 def _ints(value: Any, name: str) -> tuple[int, ...]:
     if not isinstance(value, list) or not all(type(i) is int for i in value):
-        raise _Bad(name, "is missing or not a list of ints", TypeError)
+        raise BadField(name, "is missing or not a list of ints", TypeError)
     return tuple(value)
 
 
@@ -157,13 +157,13 @@ def _top(keys: Sequence[str], probs: Sequence[float]) -> str:
 def _readout(obj: Mapping[str, Any]) -> tuple[tuple[str, ...], tuple[float, ...], str]:
     keys, probs = obj.get("keys"), obj.get("probs")
     if not isinstance(keys, list) or not keys or not all(isinstance(k, str) for k in keys) or len(set(keys)) != len(keys):
-        raise _Bad("keys", "is missing or not a non-empty list of distinct strings", TypeError)
+        raise BadField("keys", "is missing or not a non-empty list of distinct strings", TypeError)
     if (not isinstance(probs, list) or len(probs) != len(keys)
             or not all(type(p) in (int, float) and math.isfinite(p) for p in probs)):
-        raise _Bad("probs", f"is missing or not {len(keys)} finite numbers (one per key)", TypeError)
+        raise BadField("probs", f"is missing or not {len(keys)} finite numbers (one per key)", TypeError)
     top = _top(keys, probs)
     if obj.get("argmax_key") != top:
-        raise _Bad("argmax_key", f"is {obj.get('argmax_key')!r}, not {top!r}, the key of the largest probability")
+        raise BadField("argmax_key", f"is {obj.get('argmax_key')!r}, not {top!r}, the key of the largest probability")
     return tuple(keys), tuple(float(p) for p in probs), top
 
 
@@ -171,22 +171,22 @@ def _head(obj: Mapping[str, Any]) -> Kind:
     """The declared kind of ``obj`` after checking its unknown fields, kind, sha256 and strings."""
     extra = sorted(set(obj) - _FIELDS)
     if extra:
-        raise _Bad(extra[0], f"is not a field of a unit (fields: {', '.join(sorted(_FIELDS))})", TypeError)
+        raise BadField(extra[0], f"is not a field of a unit (fields: {', '.join(sorted(_FIELDS))})", TypeError)
     kind = obj.get("kind")
     if not isinstance(kind, str) or kind not in KINDS:
-        raise _Bad("kind", f"is {kind!r}, not one of the declared kinds ({', '.join(KINDS)})",
+        raise BadField("kind", f"is {kind!r}, not one of the declared kinds ({', '.join(KINDS)})",
                    ValueError if isinstance(kind, str) else TypeError)
     sha = obj.get("request_sha256")
     if not (isinstance(sha, str) and _SHA256.fullmatch(sha)):
-        raise _Bad("request_sha256", f"is {'missing' if sha is None else repr(sha)[:20]}, not 64 lowercase hex "
+        raise BadField("request_sha256", f"is {'missing' if sha is None else repr(sha)[:20]}, not 64 lowercase hex "
                                      f"digits (a {kind} unit is matched by it)")
     for name in _STRINGS:
         if not isinstance(obj.get(name), str) or not obj[name]:
-            raise _Bad(name, f"is {obj.get(name)!r}, not a non-empty string", TypeError)
+            raise BadField(name, f"is {obj.get(name)!r}, not a non-empty string", TypeError)
     spec = KINDS[kind]
     unit = obj.get("unit")
     if not isinstance(unit, str) or (spec.unit and not unit):
-        raise _Bad("unit", f"is {unit!r}, not {'a non-empty string (' + spec.unit + ')' if spec.unit else 'a string'}",
+        raise BadField("unit", f"is {unit!r}, not {'a non-empty string (' + spec.unit + ')' if spec.unit else 'a string'}",
                    TypeError)
     return spec
 
@@ -195,34 +195,34 @@ def parse_unit(obj: Any) -> Unit:
     """A stored unit (a JSON object) checked against its kind's declaration (:data:`KINDS`).
 
     Raises:
-        _Bad: the first wrong field (internal; :func:`attach_unit` and :func:`units_of` word it).
+        BadField: the first wrong field (:func:`attach_unit` and :func:`oracles.units_reader.units_of` word it).
     """
     if not isinstance(obj, dict):
-        raise _Bad("", f"is a JSON {type(obj).__name__}, not a unit (an object)", TypeError)
+        raise BadField("", f"is a JSON {type(obj).__name__}, not a unit (an object)", TypeError)
     spec = _head(obj)
     ids = _ints(obj.get("ids"), "ids")
     if not ids:
-        raise _Bad("ids", "is empty: a unit's request has input ids")
+        raise BadField("ids", "is empty: a unit's request has input ids")
     got: dict[str, Any] = {}
     for name in ("tokens", "argmax"):
         if name in spec.fields:
             got[name] = _ints(obj.get(name), name)
         elif obj.get(name) is not None:
-            raise _Bad(name, f"is given, but a {spec.name} unit holds no {name}", TypeError)
+            raise BadField(name, f"is given, but a {spec.name} unit holds no {name}", TypeError)
     if "readout" in spec.fields:
         got["keys"], got["probs"], got["argmax_key"] = _readout(obj)
     else:
         for name in ("keys", "probs", "argmax_key"):
             if obj.get(name) is not None:
-                raise _Bad(name, f"is given, but a {spec.name} unit holds no read-out", TypeError)
+                raise BadField(name, f"is given, but a {spec.name} unit holds no read-out", TypeError)
     arrays = obj.get("arrays", {})
     if not isinstance(arrays, dict) or not all(isinstance(v, str) for v in arrays.values()):
-        raise _Bad("arrays", "is not an object of role -> npz key strings", TypeError)
+        raise BadField("arrays", "is not an object of role -> npz key strings", TypeError)
     if set(arrays) - {spec.array}:
-        raise _Bad(f"arrays.{min(set(arrays) - {spec.array})}", f"is not an array of a {spec.name} unit "
+        raise BadField(f"arrays.{min(set(arrays) - {spec.array})}", f"is not an array of a {spec.name} unit "
                                                                       f"(it carries {spec.array})")
     if spec.array_required and spec.array not in arrays:
-        raise _Bad(f"arrays.{spec.array}", f"is missing: a {spec.name} unit carries its {spec.array} "
+        raise BadField(f"arrays.{spec.array}", f"is missing: a {spec.name} unit carries its {spec.array} "
                                            f"{spec.shape}")
     return Unit(spec.name, obj["request_sha256"], obj["unit"], obj["pin"], obj["engine"], obj["record"], ids,
                 arrays=dict(arrays), **got)
@@ -309,7 +309,7 @@ def attach_unit(receipt: Receipt, kind: str, *, request_sha256: str, pin: str, e
     try:
         obj, arrs = _stored_form(kind, given, arrays or {})
         new = parse_unit(obj)  # npz keys still empty: nothing is attached before every field holds
-    except _Bad as bad:
+    except BadField as bad:
         raise bad.kind(f"{where}: field {bad.field!r} {bad.problem}") from None
     except (TypeError, ValueError) as exc:
         raise type(exc)(f"{where}: {exc}") from None
@@ -324,88 +324,3 @@ def attach_unit(receipt: Receipt, kind: str, *, request_sha256: str, pin: str, e
     done = replace(new, arrays=dict(obj["arrays"]))
     receipt.put_units([*stored, done.to_json()])
     return done
-
-
-# ---------------------------------------------------------------------------------------------
-# the reader
-
-
-def check_schema(receipt: Any, path: Path) -> None:
-    """Refuse, in one line, what is not a receipt of this schema (units are read from this schema only).
-
-    Raises:
-        ReceiptError: not a JSON object with a ``tests`` list, or ``schema_version`` is not
-            :data:`oracles.receipts.SCHEMA_VERSION` (a receipt of schema 1 holds its units as loose
-            fields of a test's data, which no reader guesses at).
-    """
-    if not isinstance(receipt, dict):
-        raise ReceiptError(f"{path}: not a receipt (a JSON object with a 'tests' list)")
-    if not isinstance(receipt.get("tests"), list):
-        raise ReceiptError(f"{path}: field 'tests' is missing or not a list; not a receipt")
-    version = receipt.get("schema_version")
-    if version != SCHEMA_VERSION:
-        raise ReceiptError(f"{path}: field 'schema_version' is {version!r}, not {SCHEMA_VERSION}: its comparable units "
-                           f"are not declared records (data.units); re-run its tests with this plugin to read them")
-
-
-def units_of(receipt: Any, path: Path) -> list[Unit]:
-    """Every unit of a receipt, in receipt order, each with ``test`` set to its record's nodeid.
-
-    Raises:
-        ReceiptError: :func:`check_schema`'s refusals; an item of ``tests`` that is not an object; a
-            ``data.units`` that is not a list; a unit field missing or malformed (file, record nodeid
-            and field named, e.g. ``units[0].request_sha256``).
-    """
-    check_schema(receipt, path)
-    out: list[Unit] = []
-    for i, t in enumerate(receipt["tests"]):
-        if not isinstance(t, dict):
-            raise ReceiptError(f"{path}: field 'tests[{i}]' is a JSON {type(t).__name__}, not a test record (an object)")
-        data = t.get("data")
-        stored = data.get(DATA_KEY) if isinstance(data, dict) else None
-        if stored is None:
-            continue
-        test = str(t.get("nodeid") or f"tests[{i}]")
-        if not isinstance(stored, list):
-            raise ReceiptError(f"{path}: record {test}: field {DATA_KEY!r} is a JSON {type(stored).__name__}, not a list")
-        for n, obj in enumerate(stored):
-            try:
-                u = parse_unit(obj)
-            except _Bad as bad:
-                name = f"{DATA_KEY}[{n}]" + (f".{bad.field}" if bad.field else "")
-                raise ReceiptError(f"{path}: record {test}: field {name!r} {bad.problem}") from None
-            out.append(replace(u, test=test))
-    return out
-
-
-def unit_array(u: Unit, npz: Any, path: Path) -> np.ndarray | None:
-    """The unit's logits (its kind's declared array) as float32, or None when it carries none.
-
-    Returns:
-        ``[V]`` or ``[1, V]`` float32, as :data:`KINDS` declares for ``u.kind``.
-
-    Raises:
-        ReceiptError: the unit names an array the sidecar lacks or cannot read (or there is no
-            sidecar), or one of another dtype or shape than its kind declares (file, record and field).
-    """
-    spec = u.spec
-    key = u.arrays.get(spec.array)
-    if key is None:
-        return None
-
-    def bad(problem: str) -> ReceiptError:
-        return ReceiptError(f"{path}: record {u.test}: unit {u.kind} {u.label}: field 'arrays.{spec.array}' {problem}")
-
-    if npz is None:
-        raise bad("names an array, but the receipt has no npz sidecar (field 'arrays')")
-    if key not in npz:
-        raise bad(f"names npz key {key!r}, which the npz sidecar lacks")
-    try:
-        a = np.asarray(npz[key])
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
-        raise bad(f"names npz key {key!r}, which cannot be read: {exc}") from exc
-    if a.dtype.kind != "f":
-        raise bad(f"has dtype {a.dtype}, not a float array")
-    if a.ndim != (2 if spec.rows else 1) or (spec.rows and a.shape[0] != spec.rows):
-        raise bad(f"has shape {list(a.shape)}, not {spec.shape}")
-    return a.astype(np.float32)

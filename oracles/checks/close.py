@@ -53,4 +53,5 @@ def logit_figures(ref_logits: Any, port_logits: Any) -> dict[str, Any]:
     agree, first = argmax_agreement(r, p)
     return {"rows": int(r.shape[0]) if r.ndim > 1 else 1, "argmax_agreement": agree, "first_argmax_disagreement": first,
             "max_abs": float(np.abs(r.astype(np.float64) - p).max()) if r.size else 0.0, "nmse": nmse(r, p),
-            "kl_mean": float(kl.mean()), "kl_max": float(kl.max()), "bit_equal": bool(np.array_equal(r.view("<u4"), p.view("<u4")))}
+            "kl_mean": float(kl.mean()), "kl_max": float(kl.max()),
+            "bit_equal": bool(np.array_equal(r.view("<u4"), p.view("<u4")))}

@@ -165,6 +165,6 @@ def assert_within_thresholds(what: str, fig: dict[str, Any]) -> None:
         raise AssertionError(f"{what}: " + "; ".join(failures))
 
 
-__all__ = ["held_figures", "assert_within_thresholds", "MAX_ABS_LOGIT", "MAX_NMSE", "MAX_KL", "NEAR_TIE", "first_divergence", "port_figures",
-           "threshold_failures", "top2_gap", "log_softmax64", "MAX_ABS_DP", "KEY_MARGIN", "readout_figures",
+__all__ = ["held_figures", "assert_within_thresholds", "MAX_ABS_LOGIT", "MAX_NMSE", "MAX_KL", "NEAR_TIE", "first_divergence",
+           "port_figures", "threshold_failures", "top2_gap", "log_softmax64", "MAX_ABS_DP", "KEY_MARGIN", "readout_figures",
            "readout_failures"]

@@ -107,4 +107,5 @@ def assert_probs_equal(actual: Sequence[float], expected: Sequence[float], what:
     if bad.any():
         i = int(np.argmax(bad))
         raise AssertionError(f"{what}: {int(bad.sum())} of {a.size} probabilities differ in bits ({bad.mean():.0%}); "
-                             f"first at group {i}: {float(a[i])!r} vs {float(b[i])!r}; max abs difference {np.abs(a - b).max():.3e}")
+                             f"first at group {i}: {float(a[i])!r} vs {float(b[i])!r}; "
+                             f"max abs difference {np.abs(a - b).max():.3e}")

@@ -16,10 +16,14 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from oracles.engines.base import Engine
 from oracles.errors import OracleError
 from oracles.families.localise import localise
+
+if TYPE_CHECKING:
+    from oracles.families.mtplx import PromptRecord
 
 FAULT_PREFIX = "fault:"
 
@@ -88,17 +92,24 @@ def plot(report: dict[str, Any]) -> bytes:
     return png_bytes(fig)
 
 
-def _engine(engine_id: str, root: Path, pin: str, threads: int, reference: Any | None = None) -> Any:
-    if engine_id.startswith(FAULT_PREFIX):
-        from oracles.faults import fault_port
-
-        return fault_port(engine_id[len(FAULT_PREFIX):], reference)
+def _engine(engine_id: str, root: Path, pin: str, threads: int) -> Engine:
     from oracles.engines import engine_class
 
     return engine_class(engine_id)(root, pin, threads)
 
 
-def _record(record: str) -> Any:
+def _port(engine_id: str, root: Path, pin: str, threads: int, reference: Engine) -> tuple[Engine, Engine]:
+    """(the port, the engine it is held against): a fault port against the engine it wraps (the
+    reference, or its variant: the windowed one), any other port against the reference."""
+    if engine_id.startswith(FAULT_PREFIX):
+        from oracles.faults import fault_port
+
+        port = fault_port(engine_id[len(FAULT_PREFIX):], reference)
+        return port, port.base
+    return _engine(engine_id, root, pin, threads), reference
+
+
+def _record(record: str) -> PromptRecord:
     """The prompt record ``record`` (mtplx prompts or generation), before any engine loads.
 
     Raises:
@@ -116,9 +127,11 @@ def _record(record: str) -> Any:
 def run(args: argparse.Namespace) -> int:
     from oracles.engines.base import Unsupported
     from oracles.pins import load_pin, snapshot_dir, verify_snapshot
-    from oracles.receipts import dump_json, write_exclusive
+    from oracles.receipt_files import dump_json, write_exclusive
 
     record = _record(args.record)  # bad input is refused before minutes of loading
+    if args.reference.startswith(FAULT_PREFIX):
+        raise OracleError(f"--reference {args.reference}: a fault port is a port (--port); the reference is an engine id")
     if args.port.startswith(FAULT_PREFIX):
         from oracles.faults import CONTROL, FAULTS
 
@@ -130,12 +143,10 @@ def run(args: argparse.Namespace) -> int:
     verify_snapshot(pin, root)
     reference = _engine(args.reference, root, pin.name, args.threads)
     try:
-        port = _engine(args.port, root, pin.name, args.threads, reference)
+        port, against = _port(args.port, root, pin.name, args.threads, reference)
     except Unsupported as exc:
         raise OracleError(str(exc)) from None
     ids = reference.chat_ids(record.message_list)  # the pin's own tokenizer and chat template
-    # a fault port is held against the engine it wraps: the reference, or its variant (the windowed one)
-    against = port.base if args.port.startswith(FAULT_PREFIX) else reference
     report = localise(against, port, ids, args.record)
     print("\n".join(table(report)))
     if report["cannot_localise"]:

@@ -29,9 +29,10 @@ from typing import Any
 
 from oracles.compare import LEGEND, PinPair, compare_pair, listing, plan, summary_figures, table, worst_line
 from oracles.errors import ReceiptError
-from oracles.receipts import dump_json, load_json, write_exclusive
+from oracles.receipt_files import dump_json, load_json, write_exclusive
 from oracles.sidecar import find_sidecar, load_npz
-from oracles.units import Unit, unit_array, units_of
+from oracles.units import Unit
+from oracles.units_reader import unit_array, units_of
 
 #: 3: units keyed with their pin; rows name both pins and engines; ``pins`` holds one entry a pin pair.
 SCHEMA = 3
@@ -48,7 +49,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                         "across pins); default: pin by pin")
     parser.add_argument("--port-pin", default=None, help="compare only this pin's port units; default: --ref-pin")
     parser.add_argument("--require-all", action="store_true",
-                        help="exit 1 when a reference unit has no port unit (default: listed, not failed, as a port may run a sample)")
+                        help="exit 1 when a reference unit has no port unit "
+                             "(default: listed, not failed, as a port may run a sample)")
     parser.add_argument("--out", type=Path, default=None,
                         help="comparison JSON to create; default receipts/compare/<UTC time>-<REF stem>-vs-<PORT stem>.json")
 
@@ -95,7 +97,7 @@ def _pairs(args: argparse.Namespace, ref_receipt: dict[str, Any], port_receipt: 
     """The pin pairs to compare (:func:`oracles.compare.plan`) from the two receipts' units.
 
     Raises:
-        ReceiptError: a malformed unit (:func:`oracles.units.units_of`), an engine or pin not present,
+        ReceiptError: a malformed unit (:func:`oracles.units_reader.units_of`), an engine or pin not present,
             the reference as its own port.
     """
     ref_all, port_all = units_of(ref_receipt, args.ref), units_of(port_receipt, args.port)
@@ -129,7 +131,8 @@ def run(args: argparse.Namespace) -> int:
     out = _out_path(args)
     ref_receipt, port_receipt = load_json(args.ref), load_json(args.port)
     pairs = _pairs(args, ref_receipt, port_receipt)
-    (ref_npz_path, ref_note), (port_npz_path, port_note) = find_sidecar(ref_receipt, args.ref), find_sidecar(port_receipt, args.port)
+    ref_npz_path, ref_note = find_sidecar(ref_receipt, args.ref)
+    port_npz_path, port_note = find_sidecar(port_receipt, args.port)
     ref_npz, port_npz = load_npz(ref_npz_path, args.ref), load_npz(port_npz_path, args.port)
     rows = {n: [compare_pair(r, p, unit_array(r, ref_npz, args.ref), unit_array(p, port_npz, args.port))
                 for r, p in pair.matched] for n, pair in enumerate(pairs)}

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from oracles.errors import FixtureError
-from oracles.receipts import load_json
+from oracles.receipt_files import load_json
 from oracles.report import format_checks
 
 
@@ -33,7 +33,9 @@ def _receipts(folder: Path) -> list[Path]:
 
 def _engines(r: dict[str, Any]) -> str:
     """``name/pin@worker loads=N`` per engine load (the pin tells a draft twin from a second load)."""
-    engines = r.get("engines") if isinstance(r.get("engines"), list) else []
+    engines = r.get("engines")
+    if not isinstance(engines, list):
+        engines = []
     return ", ".join(f"{e.get('name')}{'/' + str(e['pin']) if e.get('pin') else ''}@{e.get('worker')} "
                      f"loads={e.get('load_count')}" for e in engines if isinstance(e, dict))
 
@@ -76,7 +78,7 @@ def _check_rows(checks: dict[str, Any], path: Path) -> None:
             raise FixtureError(f"{path}: field 'checks.{name}' is not an object")
         for field, kinds in CHECK_FIELDS.items():
             value = row.get(field)
-            if not isinstance(value, kinds) or (field == "failed" and not all(isinstance(v, str) for v in value)):
+            if not isinstance(value, kinds) or (isinstance(value, list) and not all(isinstance(v, str) for v in value)):
                 raise FixtureError(f"{path}: field 'checks.{name}.{field}' is missing or not "
                                    f"{' or '.join(k.__name__ for k in kinds)}{' (of record ids)' if field == 'failed' else ''}")
 

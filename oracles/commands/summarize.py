@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from oracles.errors import FixtureError, ReceiptError
-from oracles.receipts import dump_json, load_json, write_exclusive
-from oracles.units import units_of
+from oracles.receipt_files import dump_json, load_json, write_exclusive
+from oracles.units_reader import units_of
 
 NEAR_TIE = 0.02  # oracles.families.d1.NEAR_TIE (not imported: this command stays light)
 PERCENTILES = (0.0, 0.05, 0.10, 0.25, 0.50)
@@ -29,7 +29,8 @@ PERCENTILES = (0.0, 0.05, 0.10, 0.25, 0.50)
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("receipt", type=Path, help="a receipt .json holding d1 tests")
-    parser.add_argument("--out", type=Path, default=None, metavar="DIR", help="folder for the summary files; default: beside the receipt")
+    parser.add_argument("--out", type=Path, default=None, metavar="DIR",
+                        help="folder for the summary files; default: beside the receipt")
 
 
 _NUM, _STR, _KEY = (int, float), (str,), (str, int)
@@ -97,7 +98,7 @@ def _questions(receipt: dict[str, Any], path: Path) -> dict[tuple[str, str], lis
     figures its test recorded beside it (:data:`FIELDS` ``["d1-row"]``).
 
     Raises:
-        ReceiptError: a malformed unit (:func:`oracles.units.units_of`); FixtureError: a missing figure.
+        ReceiptError: a malformed unit (:func:`oracles.units_reader.units_of`); FixtureError: a missing figure.
     """
     records = {str(t.get("nodeid")): t for t in receipt["tests"] if isinstance(t, dict)}
     out: dict[tuple[str, str], list[dict[str, Any]]] = {}
@@ -163,7 +164,7 @@ def summarize(receipt: Any, path: Path) -> dict[str, Any]:
     """The summary document of a receipt, one block per pin and engine (see the module docstring).
 
     Raises:
-        ReceiptError: not a receipt of this schema, or a malformed unit (:func:`oracles.units.units_of`).
+        ReceiptError: not a receipt of this schema, or a malformed unit (:func:`oracles.units_reader.units_of`).
         FixtureError: the receipt holds no d1 row unit, or a record summarize reads is malformed
             (:data:`FIELDS`; record and field named).
     """

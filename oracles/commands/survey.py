@@ -19,14 +19,15 @@ from typing import Any
 
 from oracles.checks.absmax import FP16_MAX, headroom, worst
 from oracles.errors import FixtureError, ReceiptError
-from oracles.receipts import dump_json, load_json, write_exclusive
+from oracles.receipt_files import dump_json, load_json, write_exclusive
 
 STAT_FIELDS = ("pos0", "rest", "overall", "argmax_pos", "argmax_ch")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("receipt", type=Path, help="a receipt .json holding absmax records (clef, survey)")
-    parser.add_argument("--out", type=Path, default=None, metavar="DIR", help="folder for the survey files; default: beside the receipt")
+    parser.add_argument("--out", type=Path, default=None, metavar="DIR",
+                        help="folder for the survey files; default: beside the receipt")
 
 
 def _stats(value: Any, where: str, field: str) -> dict[str, Any]:
@@ -102,10 +103,10 @@ def survey(records: list[dict[str, Any]]) -> dict[str, Any]:
             "runs": len(runs), "layers": layers,
             "layer_input": _with_headroom(worst([(r["layer_input"]["overall"], r["run"]) for r in runs])),
             "final_norm": _with_headroom(worst([(r["final_norm"]["overall"], r["run"]) for r in runs])),
-            "residual_max": _with_headroom(worst([(l["overall"]["max"], l["overall"]["run"]) for l in layers])),
-            "residual_rest_max": _with_headroom(worst([(l["rest"]["max"], l["rest"]["run"]) for l in layers if l["rest"]])),
-            "mlp_down_in_max": _with_headroom(worst([(l["mlp_down_in"]["max"], l["mlp_down_in"]["run"])
-                                                     for l in layers if l["mlp_down_in"]])),
+            "residual_max": _with_headroom(worst([(la["overall"]["max"], la["overall"]["run"]) for la in layers])),
+            "residual_rest_max": _with_headroom(worst([(la["rest"]["max"], la["rest"]["run"]) for la in layers if la["rest"]])),
+            "mlp_down_in_max": _with_headroom(worst([(la["mlp_down_in"]["max"], la["mlp_down_in"]["run"])
+                                                     for la in layers if la["mlp_down_in"]])),
         }
     return {"fp16_max": FP16_MAX, "what": __doc__.split("\n\n")[1].replace("\n", " "), "groups": out}
 
@@ -116,12 +117,12 @@ def table(result: dict[str, Any]) -> list[str]:
         lines.append(f"{name}: {g['runs']} runs; residual max {g['residual_max']['max']:.4g} "
                      f"(headroom x{g['residual_max']['headroom_ratio']:.3g}) in {g['residual_max']['run']}")
         lines.append(f"  {'layer':>5} {'pos0':>10} {'rest':>10} {'overall':>10} {'where':>10} {'down_in':>10} {'bits':>6}")
-        for l in g["layers"]:
-            down = l["mlp_down_in"]["max"] if l["mlp_down_in"] else None
-            rest = l["rest"]["max"] if l["rest"] else None
-            lines.append(f"  {l['layer']:>5} {l['pos0']['max']:>10.4g} {'-' if rest is None else f'{rest:.4g}':>10} "
-                         f"{l['overall']['max']:>10.4g} {str(l['argmax_pos']) + ':' + str(l['argmax_ch']):>10} "
-                         f"{'-' if down is None else f'{down:.4g}':>10} {l['overall']['headroom_bits']:>6.2f}")
+        for la in g["layers"]:
+            down = la["mlp_down_in"]["max"] if la["mlp_down_in"] else None
+            rest = la["rest"]["max"] if la["rest"] else None
+            lines.append(f"  {la['layer']:>5} {la['pos0']['max']:>10.4g} {'-' if rest is None else f'{rest:.4g}':>10} "
+                         f"{la['overall']['max']:>10.4g} {str(la['argmax_pos']) + ':' + str(la['argmax_ch']):>10} "
+                         f"{'-' if down is None else f'{down:.4g}':>10} {la['overall']['headroom_bits']:>6.2f}")
     return lines
 
 
@@ -135,11 +136,11 @@ def plot(result: dict[str, Any]) -> bytes:
     groups = result["groups"]
     fig, axes = plt.subplots(1, max(len(groups), 1), figsize=(5.5 * max(len(groups), 1), 4.2), squeeze=False)
     for ax, (name, g) in zip(axes[0], groups.items()):
-        x = [l["layer"] for l in g["layers"]]
+        x = [la["layer"] for la in g["layers"]]
         for field, style in (("overall", "o-"), ("pos0", "s--"), ("rest", "^:")):
-            ax.plot(x, [l[field]["max"] if l[field] else float("nan") for l in g["layers"]], style, label=f"residual {field}")
-        if any(l["mlp_down_in"] for l in g["layers"]):
-            ax.plot(x, [l["mlp_down_in"]["max"] if l["mlp_down_in"] else float("nan") for l in g["layers"]], "d-",
+            ax.plot(x, [la[field]["max"] if la[field] else float("nan") for la in g["layers"]], style, label=f"residual {field}")
+        if any(la["mlp_down_in"] for la in g["layers"]):
+            ax.plot(x, [la["mlp_down_in"]["max"] if la["mlp_down_in"] else float("nan") for la in g["layers"]], "d-",
                     label="MLP down_proj input")
         ax.axhline(FP16_MAX, color="red", linewidth=1, label="fp16 max 65504")
         ax.set(title=f"{name} ({g['runs']} runs)", xlabel="decoder layer (its output)", ylabel="max |x|", yscale="log")

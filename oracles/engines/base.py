@@ -53,6 +53,8 @@ class Engine:
     """
 
     id: ClassVar[str] = ""
+    #: Devices ``--reference-device`` may name for this engine (float32 on each).
+    devices: ClassVar[tuple[str, ...]] = ("cpu",)
 
     pin: str
     root: Path
@@ -71,6 +73,11 @@ class Engine:
     def unavailable_reason(cls) -> str | None:
         """Why this engine cannot run on this machine (a missing library, another platform), or
         None. Must not import the framework: the registry asks it at collection."""
+        return None
+
+    @classmethod
+    def device_unavailable(cls, device: str) -> str | None:
+        """Why ``device`` (one of :attr:`devices`) cannot run this engine here (what was probed), or None."""
         return None
 
     @classmethod

@@ -22,6 +22,17 @@ def _mx() -> Any:
     return importlib.import_module("mlx.core")
 
 
+def flat_parameters(model: Any) -> list[tuple[str, Any]]:
+    """``(dotted name, mx.array)`` of every parameter of an mlx ``nn.Module``, in mlx's tree order.
+
+    mlx's ``tree_flatten`` fills the list it is given (and returns it, typed list-or-dict)."""
+    from mlx.utils import tree_flatten
+
+    flat: list[tuple[str, Any]] = []
+    tree_flatten(model.parameters(), destination=flat)
+    return flat
+
+
 class MlxCohort(Engine):
     """Mixin of :class:`oracles.engines.mlx_port.MlxPort`: the cohort capabilities of the base class for
     mlx-lm caches. Reads the port's ``model`` and ``_head``. Per-buffer views are the base class's copy
@@ -134,10 +145,7 @@ class MlxCohort(Engine):
         return sum(int(c.nbytes) for c in obj)
 
     def weight_bytes(self) -> int:
-        from mlx.utils import tree_flatten
-
-        flat: list[tuple[str, Any]] = tree_flatten(self.model.parameters())  # type: ignore[assignment]
-        return sum(int(v.nbytes) for _name, v in flat)
+        return sum(int(v.nbytes) for _name, v in flat_parameters(self.model))
 
     def counters(self) -> dict[str, float]:
         """MLX's own memory counters: active, peak and cache bytes of its allocator."""

@@ -8,12 +8,12 @@ reads a flat text config as its ``text_config``) places full attention at every
 ``full_attention_interval``-th layer, ignoring ``layer_types``. So the override is
 ``{"model_type": "qwen3_5", "full_attention_interval": N}`` with ``N`` read off ``layer_types``, and a
 ``layer_types`` list that no interval reproduces is refused (:func:`unsupported_reason`; the engine
-raises ``Unsupported`` with it) rather than run with attention in the wrong layers. The snapshot's ``config.json`` keeps ``qwen3_5_text``:
-written as ``qwen3_5``, transformers' Auto classes would build the default vision-language config
-(hidden 4096, vocabulary 248,320) instead of the snapshot's. RoPE needs nothing: mlx-lm's ``qwen3_5``
-reads ``rope_parameters`` itself (theta, partial rotary factor; ``mrope_section`` is read only for
-``rope_type: "mrope"``, and text positions put one position on all three M-RoPE planes, which is
-plain RoPE).
+raises ``Unsupported`` with it) rather than run with attention in the wrong layers. The snapshot's
+``config.json`` keeps ``qwen3_5_text``: written as ``qwen3_5``, transformers' Auto classes would build
+the default vision-language config (hidden 4096, vocabulary 248,320) instead of the snapshot's. RoPE
+needs nothing: mlx-lm's ``qwen3_5`` reads ``rope_parameters`` itself (theta, partial rotary factor;
+``mrope_section`` is read only for ``rope_type: "mrope"``, and text positions put one position on all
+three M-RoPE planes, which is plain RoPE).
 
 Also here: what mlx-lm is measured to get wrong on the oracles (:data:`KNOWN_GAPS`, the port's
 ``known_gap``), beside what it refuses (:func:`speculative_refusal`).

@@ -30,7 +30,7 @@ import numpy as np
 
 from oracles.engines import mlx_hybrid
 from oracles.engines.base import Engine, Generation, Prompt, Sampler, Step, check_forward_length, hub_offline
-from oracles.engines.mlx_cohort import MlxCohort
+from oracles.engines.mlx_cohort import MlxCohort, flat_parameters
 
 
 class _LazyModule:
@@ -108,13 +108,14 @@ class MlxPort(MlxCohort):
         super().__init__(root, pin, threads)
         hub_offline()
         import mlx_lm
-        from mlx.utils import tree_flatten
         from mlx_lm.utils import load
 
         config = json.loads((self.root / "config.json").read_text())
         self.overrides = self.config_overrides(config)
-        self.model, self.tokenizer = load(str(self.root), model_config=self.overrides or None)
-        dtypes = {str(v.dtype) for _, v in tree_flatten(self.model.parameters())}
+        # load returns (model, tokenizer), and the config third only when asked (return_config=True)
+        loaded = load(str(self.root), model_config=self.overrides or None)
+        self.model, self.tokenizer = loaded[0], loaded[1]
+        dtypes = {str(v.dtype) for _, v in flat_parameters(self.model)}
         if dtypes != {"mlx.core.float32"}:
             raise TypeError(f"mlx port of {pin}: parameters are {sorted(dtypes)}, not float32 only")
         args = self.model.args
@@ -270,15 +271,16 @@ class MlxPort(MlxCohort):
         for entry in snapshot:
             arrays = entry["arrays"]
             if entry["class"] == "KVCache":
-                c = KVCache()
+                kv = KVCache()
                 if arrays:
-                    c.keys, c.values, c.offset = mx.array(arrays["keys"]), mx.array(arrays["values"]), entry["offset"]
+                    kv.keys, kv.values, kv.offset = mx.array(arrays["keys"]), mx.array(arrays["values"]), entry["offset"]
+                cache.append(kv)
             else:
-                c = ArraysCache(entry["size"])
+                state = ArraysCache(entry["size"])
                 for k in range(entry["size"]):
                     a = arrays.get(_state_name(k, entry["size"]))
-                    c[k] = None if a is None else mx.array(a)
-            cache.append(c)
+                    state[k] = None if a is None else mx.array(a)
+                cache.append(state)
         return cache
 
     def snapshot_buffers(self, snapshot: Any) -> dict[str, np.ndarray]:
@@ -325,7 +327,8 @@ class MlxPort(MlxCohort):
 
         if not isinstance(draft, MlxPort):
             raise self._unsupported("draft with another framework's model", f"draft engine {draft.id!r}")
-        cache, flags = None, []
+        cache: list[Any] | None = None
+        flags: list[bool] = []
         if max_kv_size is not None:
             cache = self.make_cache(max_kv_size) + draft.make_cache(max_kv_size)
         steps = speculative_generate_step(mx.array(self.text_ids(prompt), dtype=mx.int32), self.model, draft.model,

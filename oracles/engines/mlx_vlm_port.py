@@ -118,12 +118,13 @@ class MlxVlmPort(Engine):
             raise self._unsupported(f"load pin {pin}", reason)
         import mlx.core as mx
         import mlx_vlm
-        from mlx.utils import tree_flatten
         from mlx_vlm.utils import load
+
+        from oracles.engines.mlx_cohort import flat_parameters
 
         self.mx = mx
         self.model, self.processor = load(str(self.root))
-        dtypes = {str(v.dtype) for _, v in tree_flatten(self.model.parameters())}
+        dtypes = {str(v.dtype) for _, v in flat_parameters(self.model)}
         if dtypes != {"mlx.core.float32"}:
             raise TypeError(f"mlx-vlm port of {pin}: parameters are {sorted(dtypes)}, not float32 only")
         video_cfg = self.root / "video_preprocessor_config.json"
@@ -137,7 +138,8 @@ class MlxVlmPort(Engine):
         self.max_context = int(text.get("max_position_embeddings", 0) or 0)
         eos = config.get("eos_token_id", text.get("eos_token_id"))
         self.eos_token_ids = frozenset(int(i) for i in (eos if isinstance(eos, list) else [eos]) if i is not None)
-        self.versions = {"mlx": str(mx.__version__), "mlx_vlm": str(mlx_vlm.__version__)}
+        mlx_version = mx.__version__  # type: ignore[attr-defined]  # mlx.core's stubs (core/__init__.pyi) omit it
+        self.versions = {"mlx": str(mlx_version), "mlx_vlm": str(mlx_vlm.__version__)}
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "model_class": f"{type(self.model).__module__}.{type(self.model).__name__}",

@@ -19,9 +19,13 @@ Module top imports numpy only; torch and mlx are imported inside the functions.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from oracles.engines.mlx_port import MlxPort
+    from oracles.engines.torch_ref import TorchReference
 
 #: Attribute names a decoder layer's token mixer goes by, in the order they are tried: attention
 #: (Llama, Qwen3.5's full-attention layers), Gated DeltaNet linear attention (Qwen3.5), and the names
@@ -70,7 +74,7 @@ def _child(layer: Any, name: str) -> Any:
     return getattr(layer, "_modules", {}).get(name)
 
 
-def torch_taps(engine: Any, ids: Sequence[int]) -> Taps:
+def torch_taps(engine: TorchReference, ids: Sequence[int]) -> Taps:
     """Taps of a :class:`oracles.engines.torch_ref.TorchReference` (or an engine that wraps its model
     and has the same ``forward(layers=True)``): forward hooks on each layer's mixer and MLP, removed
     before returning.
@@ -114,7 +118,7 @@ class _Recorder:
         return getattr(self._module, attr)
 
 
-def mlx_taps(engine: Any, ids: Sequence[int]) -> Taps:
+def mlx_taps(engine: MlxPort, ids: Sequence[int]) -> Taps:
     """Taps of an :class:`oracles.engines.mlx_port.MlxPort`: each layer's mixer and MLP are replaced by
     a :class:`_Recorder` for one ``forward(layers=True)`` and put back after (an mlx ``Module`` keeps
     children in its dict; assigning a plain object moves the name out of it, assigning the module back

@@ -230,7 +230,8 @@ class TorchCohort(Engine):
                 elif kind in ("dynamic", "static"):
                     rows, target = _rows(layer), grown.layers[i]
                     if rows is not None:
-                        target.update(rows[0].clone(), rows[1].clone())  # type: ignore[union-attr]
+                        # where the old cache held attention rows the StaticCache built an attention layer
+                        target.update(rows[0].clone(), rows[1].clone())  # type: ignore[union-attr]  # not a linear one
                 else:
                     raise self._unsupported("grow a cache to a larger capacity", f"layer {i} is a {kind}")
         return grown

@@ -14,26 +14,27 @@ import functools
 import importlib.util
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, Callable, ClassVar, ParamSpec, Sequence, TypeVar
 
 import numpy as np
 
 from oracles.engines.base import Engine, Generation, Prompt, Sampler, Step, check_forward_length, hub_offline
 from oracles.engines.torch_cohort import TorchCohort
 
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
-def inference_mode(fn: F) -> F:
+def inference_mode(fn: Callable[P, R]) -> Callable[P, R]:
     """``torch.inference_mode()`` around ``fn``, importing torch at call time, not at decoration."""
     @functools.wraps(fn)
-    def wrapped(*args: Any, **kwargs: Any) -> Any:
+    def wrapped(*args: P.args, **kwargs: P.kwargs) -> R:
         import torch
 
         with torch.inference_mode():
             return fn(*args, **kwargs)
 
-    return wrapped  # type: ignore[return-value]
+    return wrapped
 
 
 def _as_list(value: Any) -> list[int]:
@@ -60,7 +61,7 @@ class TorchReference(TorchCohort):
 
     id = "torch"
     device = "cpu"
-    devices = ("cpu", "cuda", "mps")
+    devices: ClassVar[tuple[str, ...]] = ("cpu", "cuda", "mps")
 
     @classmethod
     def device_unavailable(cls, device: str) -> str | None:

@@ -138,7 +138,7 @@ class VisionPath:
         if (th, tw) != (height, width):
             pics = [p.resize((tw, th), Image.Resampling.BICUBIC) for p in pics]
         pics += [pics[-1]] * (-len(pics) % self.spec.temporal)
-        out = self.image_processor(pics, do_resize=False, temporal_patch_size=1, return_tensors="np")
+        out = self.image_processor.preprocess(pics, do_resize=False, temporal_patch_size=1, return_tensors="np")
         rows = np.asarray(out["pixel_values"], dtype=np.float32)
         per_frame = rows.shape[0] // len(pics)
         t = len(pics) // self.spec.temporal
@@ -166,10 +166,11 @@ class VisionPath:
             image_grids = [[int(v) for v in g] for g in feats["image_grid_thw"]]
             out["image_grid_thw"] = torch.tensor(image_grids, dtype=torch.long)
         if prompt.videos:
-            rows, video_grids = zip(*(self.video_rows(v) for v in prompt.videos))  # type: ignore[assignment]
-            out["pixel_values_videos"] = torch.from_numpy(np.concatenate(rows))
+            runs = [self.video_rows(v) for v in prompt.videos]
+            video_grids = [grid for _, grid in runs]
+            out["pixel_values_videos"] = torch.from_numpy(np.concatenate([rows for rows, _ in runs]))
             out["video_grid_thw"] = torch.tensor(video_grids, dtype=torch.long)
-        check_pads(prompt.ids, self.spec, image_grids, list(video_grids), "torch")
+        check_pads(prompt.ids, self.spec, image_grids, video_grids, "torch")
         return out
 
     # -- forward ------------------------------------------------------------------------------

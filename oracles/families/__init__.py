@@ -9,6 +9,7 @@ Pure; no pytest import.
 
 from __future__ import annotations
 
+from collections.abc import Container
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -81,7 +82,7 @@ OTHER_MARKERS = {
 }
 
 
-def family_of(markers: object) -> Family | None:
+def family_of(markers: Container[str]) -> Family | None:
     """The family a test belongs to: the first of :data:`FAMILIES` among ``markers`` (a container of
     marker names, such as an item's keywords), else None."""
-    return next((f for f in FAMILIES if f.name in markers), None)  # type: ignore[operator]
+    return next((f for f in FAMILIES if f.name in markers), None)

@@ -86,7 +86,7 @@ def load_manifest(folder: Path = IMAGES) -> dict[str, dict[str, Any]]:
     Raises:
         FixtureError: missing or malformed (path and field named).
     """
-    from oracles.receipts import load_json
+    from oracles.receipt_files import load_json
 
     obj = load_json(folder / "manifest.json")
     images = obj.get("images") if isinstance(obj, dict) else None

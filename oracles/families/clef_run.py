@@ -9,15 +9,18 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
 from oracles.checks.absmax import layer_stats, row_stats
 from oracles.checks.readout import group_probabilities, log_softmax
-from oracles.engines.base import Prompt
-from oracles.engines.vl import VisionSpec
+from oracles.engines.base import Engine, Prompt
+from oracles.engines.vl import VisionSpec, VisionStep
 from oracles.families import clef, d1
+
+if TYPE_CHECKING:
+    from oracles.fixtures import Runs
 
 #: clef's port sample under ``--port-records sample``: rows of at most this many tokens, i.e. every row of
 #: the built-in records (the longest, img_circle/g128 and img_pair/native, are ~90 tokens; the mlx-vlm
@@ -68,7 +71,7 @@ class RowPrompt:
     kinds: list[str]
 
 
-def build_prompt(engine: Any, row: Row, spec: VisionSpec, manifest: dict[str, Any]) -> RowPrompt:
+def build_prompt(engine: Engine, row: Row, spec: VisionSpec, manifest: dict[str, Any]) -> RowPrompt:
     """Render ``row`` with ``engine``'s tokenizer and chat template (:mod:`oracles.families.clef`).
 
     Raises:
@@ -95,7 +98,7 @@ class RowRun:
     engine: str
     row: Row
     rendered: RowPrompt
-    step: Any
+    step: VisionStep
     groups: list[list[int]]
     logz: np.ndarray
     probs: list[float]
@@ -106,17 +109,20 @@ class RowRun:
         return list(self.rendered.prompt.ids)
 
 
-def encoder(engine: Any) -> Any:
+def encoder(engine: Engine) -> Callable[[str], list[int]]:
     """``text -> ids`` without special tokens, with the engine's tokenizer (for the read-out groups)."""
     return lambda text: list(engine.tokenizer.encode(text, add_special_tokens=False))
 
 
-def run_row(engine: Any, row: Row, spec: VisionSpec, manifest: dict[str, Any]) -> RowRun:
+def run_row(engine: Engine, row: Row, spec: VisionSpec, manifest: dict[str, Any]) -> RowRun:
     """Render and run one row cold with ``layers=True``, and read it out at its last position."""
     rendered = build_prompt(engine, row, spec, manifest)
     start = time.perf_counter()
     step = engine.forward(rendered.prompt, layers=True)
     seconds = time.perf_counter() - start
+    if not isinstance(step, VisionStep):
+        raise TypeError(f"engine {engine.id}: a forward of a prompt with pictures returned a {type(step).__name__}, "
+                        "not a VisionStep (its vision taps)")
     groups = d1.readout_groups(encoder(engine), row.question)
     logz = log_softmax(step.logits[-1])
     return RowRun(engine.id, row, rendered, step, groups, logz, group_probabilities(logz, groups), seconds)
@@ -136,7 +142,7 @@ class DecodeRun:
     lengths: list[int]
 
 
-def run_decode(engine: Any, prompt: Prompt, steps: int = 2) -> DecodeRun:
+def run_decode(engine: Engine, prompt: Prompt, steps: int = 2) -> DecodeRun:
     """Prefill ``prompt`` into ``engine.make_cache()`` and decode ``steps`` greedy tokens one at a time."""
     cache = engine.make_cache()
     first = engine.forward(prompt, cache)
@@ -161,7 +167,7 @@ def absmax_record(step: Any, label: str) -> dict[str, Any]:
             "mlp_down_in": None if down is None else [float(v) for v in down]}
 
 
-def memo_row(runs: Any, engine: Any, row: Row, spec: VisionSpec, manifest: dict[str, Any]) -> tuple[RowRun, bool]:
+def memo_row(runs: Runs, engine: Engine, row: Row, spec: VisionSpec, manifest: dict[str, Any]) -> tuple[RowRun, bool]:
     """``run_row`` through the session memo ``runs(key, fn)``: (the run, whether this call computed it)."""
     made: list[bool] = []
 

@@ -31,6 +31,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from oracles.checks.cohort import LaneState, Mismatch, Tally, compare_cohort, compare_lane, fixed_lanes, to_physical
+from oracles.engines.base import Engine
 
 LANES = 4
 #: Physical row p of every batch holds logical lane MAP[p] (the seed's map): every lane moves, so a
@@ -160,7 +161,7 @@ def lane_state(hidden: np.ndarray, logits: np.ndarray, views: dict[str, np.ndarr
     return {"hidden": hidden, "logits": logits, **views}
 
 
-def serial_step(engine: Any, caches: Sequence[Any], tokens: Sequence[int]) -> list[LaneState]:
+def serial_step(engine: Engine, caches: Sequence[Any], tokens: Sequence[int]) -> list[LaneState]:
     """One token on each serial lane (logical order): hidden, logits and the lane's buffers after it."""
     out: list[LaneState] = []
     for lane, cache in enumerate(caches):
@@ -169,17 +170,17 @@ def serial_step(engine: Any, caches: Sequence[Any], tokens: Sequence[int]) -> li
     return out
 
 
-def cohort_step(engine: Any, caches: Sequence[Any], physical_tokens: Sequence[int]) -> list[LaneState]:
+def cohort_step(engine: Engine, caches: Sequence[Any], physical_tokens: Sequence[int]) -> list[LaneState]:
     """One ``decode_cohort`` of the batch (physical order): each row's hidden, logits and its lane's buffers."""
     st = engine.decode_cohort([int(t) for t in physical_tokens], list(caches))
     return [lane_state(st.hidden[p], st.logits[p], engine.cache_views(c)) for p, c in enumerate(caches)]
 
 
-def _restore_all(engine: Any, snaps: Sequence[Any], logical: Sequence[int]) -> list[Any]:
+def _restore_all(engine: Engine, snaps: Sequence[Any], logical: Sequence[int]) -> list[Any]:
     return [engine.restore(snaps[q]) for q in logical]
 
 
-def run_parity(engine: Any, spec: CohortSpec) -> ParityRun:
+def run_parity(engine: Engine, spec: CohortSpec) -> ParityRun:
     """Prefill the four lanes, then the lockstep span (module docstring). Raises what the engine raises."""
     V = int(engine.vocab_size)
     spec.check(V)
@@ -207,7 +208,7 @@ def run_parity(engine: Any, spec: CohortSpec) -> ParityRun:
     return run
 
 
-def _lockstep(engine: Any, run: ParityRun, s: int, V: int, twins: list[Any], isolated: list[list[Any]]) -> None:
+def _lockstep(engine: Engine, run: ParityRun, s: int, V: int, twins: list[Any], isolated: list[list[Any]]) -> None:
     step, tok = str(s), supplied_tokens(s, V)
     ser = serial_step(engine, run.serial, tok)
     coh = cohort_step(engine, run.cohort, to_physical(tok, PHYSICAL_TO_LOGICAL))
@@ -233,7 +234,7 @@ def _lockstep(engine: Any, run: ParityRun, s: int, V: int, twins: list[Any], iso
         run.isolation.add(found, len(isolated) * len(names), names)
 
 
-def _twin_step(engine: Any, run: ParityRun, step: str, tok: list[int], coh: list[LaneState], twins: list[Any],
+def _twin_step(engine: Engine, run: ParityRun, step: str, tok: list[int], coh: list[LaneState], twins: list[Any],
                names: list[str]) -> None:
     """The twin cohort's step: its two rows holding one lane agree; the other lanes keep the cohort's bits."""
     twin_tok = list(tok)

@@ -26,12 +26,13 @@ from typing import Any, Sequence
 import numpy as np
 
 from oracles.checks.cohort import LaneState, Mismatch, Tally, compare_cohort, compare_lane, first_unequal, to_physical
-from oracles.engines.base import digest_buffers
+from oracles.engines.base import Engine, digest_buffers
 from oracles.families.cohort import (
     IDENTITY,
     LANES,
     PHYSICAL_TO_LOGICAL,
     CohortSpec,
+    ParityRun,
     cohort_step,
     extension_tokens,
     serial_step,
@@ -79,7 +80,7 @@ def state_digests(states: Sequence[LaneState]) -> list[dict[str, str]]:
     return [{name: digest_buffers({name: a}) for name, a in st.items()} for st in states]
 
 
-def live_digests(engine: Any, cache: Any) -> dict[str, str]:
+def live_digests(engine: Engine, cache: Any) -> dict[str, str]:
     return {name: digest_buffers({name: a}) for name, a in engine.cache_views(cache).items()}
 
 
@@ -94,7 +95,7 @@ def _differ(label: str, lanes: Sequence[int], expected: Sequence[dict[str, str]]
     return out
 
 
-def grow_and_extend(engine: Any, spec: CohortSpec, side: str, caches: Sequence[Any]) -> tuple[list[Any], list[Grown]]:
+def grow_and_extend(engine: Engine, spec: CohortSpec, side: str, caches: Sequence[Any]) -> tuple[list[Any], list[Grown]]:
     """Grow each cache of one side to ``spec.capacity`` and extend it to ``spec.anchor`` positions."""
     V = int(engine.vocab_size)
     out, figures = [], []
@@ -111,14 +112,14 @@ def grow_and_extend(engine: Any, spec: CohortSpec, side: str, caches: Sequence[A
     return out, figures
 
 
-def transaction(engine: Any, live: dict[str, list[Any]], tokens: Sequence[int]) -> tuple[list[LaneState], list[LaneState]]:
+def transaction(engine: Engine, live: dict[str, list[Any]], tokens: Sequence[int]) -> tuple[list[LaneState], list[LaneState]]:
     """One serial step (logical order) and one cohort step (physical order) of ``tokens`` (logical)."""
     ser = serial_step(engine, live["serial"], tokens)
     coh = cohort_step(engine, live["cohort"], to_physical(list(tokens), PHYSICAL_TO_LOGICAL))
     return ser, coh
 
 
-def run_anchor(engine: Any, spec: CohortSpec, serial: Sequence[Any], cohort: Sequence[Any]) -> AnchorRun:
+def run_anchor(engine: Engine, spec: CohortSpec, serial: Sequence[Any], cohort: Sequence[Any]) -> AnchorRun:
     """The anchor phase on the span's final caches (serial in logical, cohort in physical order)."""
     t0 = time.perf_counter()
     live: dict[str, list[Any]] = {}
@@ -170,11 +171,11 @@ def run_anchor(engine: Any, spec: CohortSpec, serial: Sequence[Any], cohort: Seq
 class CohortRun:
     """The family's whole run on one (pin, engine): the span and the anchor."""
 
-    parity: Any
+    parity: ParityRun
     anchor: AnchorRun
 
 
-def run_cohort(engine: Any, spec: CohortSpec) -> CohortRun:
+def run_cohort(engine: Engine, spec: CohortSpec) -> CohortRun:
     """:func:`oracles.families.cohort.run_parity` then :func:`run_anchor`; the span's live caches are
     dropped once the anchor's grown copies exist (the snapshots stay for the benchmark)."""
     from oracles.families.cohort import run_parity

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from oracles.checks.cohort import to_physical
-from oracles.engines.base import digest_buffers
+from oracles.engines.base import Engine, digest_buffers
 from oracles.families.cohort import PHYSICAL_TO_LOGICAL
 from oracles.families.cohort_anchor import SIDES, AnchorRun
 
@@ -56,7 +56,7 @@ def process_memory() -> dict[str, int] | None:
     return out
 
 
-def fresh(engine: Any, anchor: AnchorRun, arm: str) -> list[Any]:
+def fresh(engine: Engine, anchor: AnchorRun, arm: str) -> list[Any]:
     """Caches restored from the anchor snapshots of one arm, grown to the run's capacity where the
     restored cache holds less (a torch static cache keeps its capacity through a snapshot; an MLX one
     comes back at its length)."""
@@ -67,7 +67,8 @@ def fresh(engine: Any, anchor: AnchorRun, arm: str) -> list[Any]:
     return out
 
 
-def timed(engine: Any, arm: str, caches: Sequence[Any], tokens: Sequence[int]) -> tuple[float, dict[str, float], list[dict[str, str]]]:
+def timed(engine: Engine, arm: str, caches: Sequence[Any],
+          tokens: Sequence[int]) -> tuple[float, dict[str, float], list[dict[str, str]]]:
     """One timed transaction of ``arm``: milliseconds, the engine's counter deltas, and per lane (the
     arm's order) the digests of its hidden and logits rows (computed after the clock stops)."""
     before = engine.counters()
@@ -104,7 +105,7 @@ def _summary(serial: Sequence[float], cohort: Sequence[float]) -> dict[str, Any]
     return out
 
 
-def run_bench(engine: Any, anchor: AnchorRun, pairs: int = PAIRS) -> dict[str, Any]:
+def run_bench(engine: Engine, anchor: AnchorRun, pairs: int = PAIRS) -> dict[str, Any]:
     """The benchmark section of the receipt (JSON-safe): every trial, the summaries of both
     protocols, the counters, resident bytes and the ``/proc`` window. Raises what the engine raises."""
     tokens = anchor.tokens
@@ -139,7 +140,7 @@ def run_bench(engine: Any, anchor: AnchorRun, pairs: int = PAIRS) -> dict[str, A
     return section
 
 
-def resident(engine: Any, anchor: AnchorRun) -> dict[str, Any]:
+def resident(engine: Engine, anchor: AnchorRun) -> dict[str, Any]:
     """Weights, live caches (one restored and grown set per arm), snapshots, and the process's RSS."""
     live = {arm: sum(engine.resident_bytes(c) for c in fresh(engine, anchor, arm)) for arm in SIDES}
     snaps = {arm: sum(engine.resident_bytes(s) for s in anchor.snapshots[arm]) for arm in SIDES}

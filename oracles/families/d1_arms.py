@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 from oracles.checks.readout import argmax, max_abs_dp
+from oracles.engines.base import Engine
 from oracles.families import d1
 from oracles.records import canonical_sha256
 
@@ -53,13 +54,14 @@ def arm_request(base: d1.Request, qid: str, kind: str, change: dict[str, str], b
     return {"state": state, "questions": {qid: base.raw["request"]["questions"][qid]}}
 
 
-def measure(engine: Any) -> dict[str, Any]:
+def measure(engine: Engine) -> dict[str, Any]:
     """Run every candidate and its base on ``engine``; the red_arms.json document."""
     from oracles.families.d1_run import row_pass
 
     by_id = {r.id: r for r in d1.load_requests()}
     rows = {(r["id"], r["qid"]): r for r in d1.rows_doc(engine.pin)["rows"]}
-    adopted, not_adopted = [], []
+    adopted: list[dict[str, Any]] = []
+    not_adopted: list[dict[str, Any]] = []
     for arm_id, kind, base_id, qid, change, gold in CANDIDATES:
         base = by_id[base_id]
         req = arm_request(base, qid, kind, change, by_id)

@@ -15,6 +15,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from oracles.checks.readout import group_probabilities, log_softmax
+from oracles.engines.base import Engine
 from oracles.families import d1
 
 #: d1's port sample under ``--port-records sample`` (:mod:`oracles.port_scope`): the requests whose
@@ -84,7 +85,7 @@ class RequestRun:
     full: dict[str, FullRun] = field(default_factory=dict)
 
 
-def row_pass(engine: Any, ids: Sequence[int], groups: Sequence[Sequence[int]]) -> RowRun:
+def row_pass(engine: Engine, ids: Sequence[int], groups: Sequence[Sequence[int]]) -> RowRun:
     """Run one row cold and read it out at its last position."""
     start = time.perf_counter()
     step = engine.forward(list(ids), keep=1)
@@ -93,7 +94,7 @@ def row_pass(engine: Any, ids: Sequence[int], groups: Sequence[Sequence[int]]) -
     return RowRun(list(ids), step.logits, step.hidden, logz, probs, time.perf_counter() - start)
 
 
-def tree_pass(engine: Any, trunk: Sequence[int], branches: Sequence[Sequence[int]],
+def tree_pass(engine: Engine, trunk: Sequence[int], branches: Sequence[Sequence[int]],
               groups: Sequence[Sequence[Sequence[int]]]) -> TreeRun:
     """Prefill ``trunk`` once, snapshot its KV cache, then run each branch on a restored copy."""
     start = time.perf_counter()
@@ -116,7 +117,7 @@ def tree_pass(engine: Any, trunk: Sequence[int], branches: Sequence[Sequence[int
                    engine.snapshot_digest(snap), trunk_seconds, seconds)
 
 
-def run_request(engine: Any, request: d1.Request, rows: dict[str, dict[str, Any]], full: Sequence[str] = ()) -> RequestRun:
+def run_request(engine: Engine, request: d1.Request, rows: dict[str, dict[str, Any]], full: Sequence[str] = ()) -> RequestRun:
     """Both paths of ``request`` on ``engine``.
 
     Args:

@@ -16,14 +16,17 @@ Records reach these functions bound to the engine's pin (:meth:`PromptRecord.bin
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any
 
-from oracles.engines.base import Engine, Generation, Sampler, Unsupported, check_fits
+from oracles.engines.base import Engine, Generation, Sampler, Step, Unsupported, check_fits
 from oracles.families.chat import ChatRun, load_chats, run_chat
 from oracles.families.decode import DecodeRun, greedy_decode
 from oracles.families.mtplx import GENERATION as GENERATION_FILE
 from oracles.families.mtplx import PromptRecord, load_prompts
 from oracles.families.speculative import SpeculativeRun, speculate
+
+if TYPE_CHECKING:
+    from oracles.fixtures import Engines, Runs
 
 DRAFT_PIN = "smollm2-draft-twin"
 GENERATION = load_prompts(GENERATION_FILE)
@@ -51,34 +54,32 @@ GREEDY = Sampler()
 SAMPLED = Sampler(temperature=0.6, top_p=0.95, top_k=20, seed=0)
 SAMPLERS = {"greedy": GREEDY, "sampled": SAMPLED}
 
-Runs = Callable[[Any, Callable[[], Any]], Any]
-
 
 def key(kind: str, engine: Engine, record: Any, *rest: Any) -> tuple[Any, ...]:
     """The ``runs`` key of one run (module docstring)."""
     return (kind, engine.id, engine.pin, record.id, *rest)
 
 
-def prefill(runs: Runs, engine: Engine, record: PromptRecord) -> Any:
+def prefill(runs: Runs, engine: Engine, record: PromptRecord) -> Step:
     return runs(key("prefill", engine, record), lambda: engine.forward(list(record.ids)))
 
 
-def greedy_decode_checked(engine: Any, record: PromptRecord) -> DecodeRun:
+def greedy_decode_checked(engine: Engine, record: PromptRecord) -> DecodeRun:
     """:func:`greedy_decode` of a record after :func:`check_fits`."""
     check_fits(engine, record.id, len(record.ids))
     return greedy_decode(engine, record.ids, MAX_NEW_TOKENS, RECOMPUTE_EVERY)
 
 
-def decode(runs: Runs, engine: Any, record: PromptRecord) -> DecodeRun:
+def decode(runs: Runs, engine: Engine, record: PromptRecord) -> DecodeRun:
     return runs(key("decode", engine, record), lambda: greedy_decode_checked(engine, record))
 
 
-def generate(runs: Runs, engine: Any, record: PromptRecord, mode: str, attempt: int = 1) -> Generation:
+def generate(runs: Runs, engine: Engine, record: PromptRecord, mode: str, attempt: int = 1) -> Generation:
     return runs(key("generate", engine, record, mode, attempt),
                 lambda: engine.generate(list(record.ids), SAMPLERS[mode], MAX_NEW_TOKENS))
 
 
-def draft_engine(engines: Callable[..., Any], engine: Engine, draft: str) -> Engine:
+def draft_engine(engines: Engines, engine: Engine, draft: str) -> Engine:
     """``"self"``: the engine drafts for itself; ``"twin"``: the same framework on the draft twin pin.
 
     Raises:
@@ -94,12 +95,12 @@ def draft_engine(engines: Callable[..., Any], engine: Engine, draft: str) -> Eng
     return engines(engine.id, DRAFT_PIN)
 
 
-def speculative(runs: Runs, engines: Callable[..., Any], engine: Any, record: PromptRecord, draft: str) -> SpeculativeRun:
+def speculative(runs: Runs, engines: Engines, engine: Engine, record: PromptRecord, draft: str) -> SpeculativeRun:
     return runs(key("speculate", engine, record, draft),
                 lambda: speculate(engine, draft_engine(engines, engine, draft), record.ids, NUM_DRAFT, MAX_NEW_TOKENS))
 
 
-def library_speculative(runs: Runs, engines: Callable[..., Any], engine: Any, record: PromptRecord, draft: str,
+def library_speculative(runs: Runs, engines: Engines, engine: Engine, record: PromptRecord, draft: str,
                         window: int | None = None) -> Generation:
     def go() -> Generation:
         other = draft_engine(engines, engine, draft)
@@ -110,10 +111,10 @@ def library_speculative(runs: Runs, engines: Callable[..., Any], engine: Any, re
     return runs(key("library-speculative", engine, record, draft, window), go)
 
 
-def windowed_generate(runs: Runs, engine: Any, record: PromptRecord, window: int) -> Generation:
+def windowed_generate(runs: Runs, engine: Engine, record: PromptRecord, window: int) -> Generation:
     return runs(key("generate-window", engine, record, window),
                 lambda: engine.generate(list(record.ids), GREEDY, WINDOW_MAX_NEW_TOKENS, max_kv_size=window))
 
 
-def chat(runs: Runs, engine: Any, record: Any) -> ChatRun:
+def chat(runs: Runs, engine: Engine, record: Any) -> ChatRun:
     return runs(key("chat", engine, record), lambda: run_chat(engine, record))

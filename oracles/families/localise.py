@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from oracles.engines.base import Engine
 from oracles.errors import OracleError
 
 
@@ -18,7 +19,7 @@ class CannotLocalise(OracleError):
         self.engine, self.why = engine, why
 
 
-def capture(engine: Any, ids: Sequence[int]) -> dict[str, Any]:
+def capture(engine: Engine, ids: Sequence[int]) -> dict[str, Any]:
     """One cold prefill's arrays: ``stream``, ``hidden``, ``logits``, and ``attn``/``mlp`` where the
     engine taps inside its layers (``Engine.taps``); the stream alone where it only has
     ``forward(layers=True)``.
@@ -42,7 +43,7 @@ def capture(engine: Any, ids: Sequence[int]) -> dict[str, Any]:
     return {"stream": step.layers, "hidden": step.hidden, "logits": step.logits}
 
 
-def localise(reference: Any, port: Any, ids: Sequence[int], record: str) -> dict[str, Any]:
+def localise(reference: Engine, port: Engine, ids: Sequence[int], record: str) -> dict[str, Any]:
     """Both engines on ``ids``; the JSON-safe report: every stage, the named one (``divergent``, or
     None), attention vs MLP inside it where both sides tap them, or ``cannot_localise`` naming the
     engine without layer states (then no stages)."""

@@ -20,6 +20,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from oracles.engines.base import Engine
+
 
 @dataclass
 class Cycle:
@@ -67,7 +69,7 @@ def _argmax(row: np.ndarray) -> int:
     return int(np.argmax(row))
 
 
-def _cut(engine: Any, cache: Any, n: int, saved: Any, replay: list[int]) -> tuple[Any, str]:
+def _cut(engine: Engine, cache: Any, n: int, saved: Any, replay: list[int]) -> tuple[Any, str]:
     """Drop the last ``n`` positions of ``cache``: trim in place, else restore ``saved`` and forward
     ``replay`` (the tokens the cut cache must hold after the saved point). Returns (cache, how)."""
     if n == 0:
@@ -82,7 +84,7 @@ def _cut(engine: Any, cache: Any, n: int, saved: Any, replay: list[int]) -> tupl
     return cache, "restore"
 
 
-def speculate(target: Any, draft: Any, ids: Sequence[int], num_draft: int, max_new_tokens: int) -> SpeculativeRun:
+def speculate(target: Engine, draft: Engine, ids: Sequence[int], num_draft: int, max_new_tokens: int) -> SpeculativeRun:
     """Greedy speculative generation of ``target`` with ``draft``, cycle by cycle.
 
     Args:
@@ -102,7 +104,9 @@ def speculate(target: Any, draft: Any, ids: Sequence[int], num_draft: int, max_n
     tcache, dcache = target.make_cache(), draft.make_cache()
     target.forward(list(ids[:-1]), tcache, keep=1)
     draft.forward(list(ids[:-1]), dcache, keep=1)
-    last, out, cycles, finish = int(ids[-1]), [], [], "length"
+    last, finish = int(ids[-1]), "length"
+    out: list[int] = []
+    cycles: list[Cycle] = []
     while len(out) < max_new_tokens:
         d = min(num_draft, max_new_tokens - len(out) - 1)
         drafts: list[int] = []

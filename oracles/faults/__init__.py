@@ -12,8 +12,7 @@ variant of the pin). Numpy-free and torch-free at import.
 
 from __future__ import annotations
 
-from typing import Any
-
+from oracles.engines.base import Engine
 from oracles.faults import kinds
 from oracles.faults.port import FaultPort
 from oracles.faults.window import SlidingWindow, WindowOffByOne
@@ -29,14 +28,14 @@ CONTROL = kinds.Faithful.name
 VARIANTS: dict[str, type[kinds.Fault]] = {WindowOffByOne.name: SlidingWindow}
 
 
-def reference_for(name: str, base: Any) -> Any:
+def reference_for(name: str, base: Engine) -> Engine:
     """The faithful engine fault ``name`` is held against: ``base`` itself, or its variant
     (a :class:`FaultPort` of ``base`` with the variant in force) for a fault in :data:`VARIANTS`."""
     variant = VARIANTS.get(name)
     return base if variant is None else FaultPort(base, variant())
 
 
-def fault_port(name: str, base: Any, reference: Any | None = None) -> FaultPort:
+def fault_port(name: str, base: Engine, reference: Engine | None = None) -> FaultPort:
     """The port with fault ``name`` (or the control, :data:`CONTROL`) on the faithful ``base``.
 
     ``reference``: the faithful engine to wrap when the caller holds one already (its variant, from

@@ -10,13 +10,15 @@ reference's runs are shared by every row of its pin.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
+from oracles.engines.base import Engine
 from oracles.faults import CONTROL, FAULTS, VARIANTS, fault_port, reference_for
 from oracles.faults.matrix import run_checks
 from oracles.faults.panel import DRAFT_PIN, FAMILIES, PING, d1_inputs, family_runner
 
-Runs = Callable[[Any, Callable[[], Any]], Any]
+if TYPE_CHECKING:
+    from oracles.fixtures import Engines, Runs
 
 
 @dataclass
@@ -25,12 +27,12 @@ class Row:
 
     pin: str
     fault: str
-    reference: Any
-    port: Any
+    reference: Engine
+    port: Engine
     checks: dict[str, dict[str, Any]]
 
 
-def engines_of(runs: Runs, base: Any, pin: str, fault: str) -> tuple[Any, Any]:
+def engines_of(runs: Runs, base: Engine, pin: str, fault: str) -> tuple[Engine, Engine]:
     """(the faithful engine ``fault`` is held against, the port), built once per session.
 
     Raises:
@@ -41,7 +43,7 @@ def engines_of(runs: Runs, base: Any, pin: str, fault: str) -> tuple[Any, Any]:
     return reference, runs(("faults-engine", pin, fault), lambda: fault_port(fault, base, reference))
 
 
-def family_runs(runs: Runs, engine: Any, pin: str, families: tuple[str, ...], draft: Callable[[], Any]) -> dict[str, Any]:
+def family_runs(runs: Runs, engine: Engine, pin: str, families: tuple[str, ...], draft: Callable[[], Engine]) -> dict[str, Any]:
     """family -> the run of ``engine`` (memoised), or the exception it raised (kept, not raised: the
     matrix decides what an exception means)."""
     out: dict[str, Any] = {}
@@ -53,14 +55,17 @@ def family_runs(runs: Runs, engine: Any, pin: str, families: tuple[str, ...], dr
     return out
 
 
-def detect(runs: Runs, engines: Callable[..., Any], reference_id: str, pin: str, fault: str) -> Row:
+def detect(runs: Runs, engines: Engines, reference_id: str, pin: str, fault: str) -> Row:
     """The row of ``fault`` (or :data:`oracles.faults.CONTROL`) on ``pin``: the faithful engine
     ``engines(reference_id, pin)`` (or its variant), the port, both through the families (the port
     through those on the fault's path) and every check."""
     base = engines(reference_id, pin)
     reference, port = engines_of(runs, base, pin, fault)
-    draft = lambda: engines(reference_id, DRAFT_PIN)
-    touched = FAMILIES if fault == CONTROL or FAULTS[fault].touches is None else FAULTS[fault].touches
+    def draft() -> Engine:
+        return engines(reference_id, DRAFT_PIN)
+
+    touches = None if fault == CONTROL else FAULTS[fault].touches
+    touched = FAMILIES if touches is None else touches
     ref_runs = family_runs(runs, reference, pin, FAMILIES, draft)
     port_runs = family_runs(runs, port, pin, tuple(touched), draft)
     checks = runs(("faults-checks", pin, fault),
@@ -68,7 +73,7 @@ def detect(runs: Runs, engines: Callable[..., Any], reference_id: str, pin: str,
     return Row(pin, fault, reference, port, checks)
 
 
-def bisect_row(runs: Runs, engines: Callable[..., Any], reference_id: str, pin: str,
+def bisect_row(runs: Runs, engines: Engines, reference_id: str, pin: str,
                fault: str) -> tuple[dict[str, Any], Any]:
     """``oracles bisect``'s report of the port against its faithful engine on "ping" (a cold
     prefill), and the port."""

@@ -15,14 +15,22 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Any, ClassVar, Iterator
+from typing import TYPE_CHECKING, Any, ClassVar, Iterator, TypeAlias
+
+if TYPE_CHECKING:
+    from oracles.engines.torch_ref import TorchReference
+    from oracles.faults.port import FaultPort
+
+    #: What a fault is injected into: a transformers engine (its ``model`` edited in place), or a fault
+    #: port over one (a variant, such as the windowed model).
+    Faultable: TypeAlias = TorchReference | FaultPort
 
 #: The rotary base transformers and mlx-lm fall back to when a port reads ``rope_theta`` from the
 #: wrong key (mlx-lm 0.32's Llama ``ModelArgs`` default; the adapter's own measured case, README).
 LIBRARY_ROPE_BASE = 10_000.0
 
 
-def decoder(engine: Any) -> Any:
+def decoder(engine: Faultable) -> Any:
     """The engine's transformers decoder (``model.get_decoder()``: embed_tokens, layers, norm)."""
     return engine.model.get_decoder()
 
@@ -53,31 +61,32 @@ class Fault:
     (and :meth:`trim` for a cache fault)."""
 
     name: ClassVar[str] = ""
-    #: One line: what the port got wrong, as a person porting a model would find it.
-    title: ClassVar[str] = ""
+    #: One line: what the port got wrong, as a person porting a model would find it (a class
+    #: attribute; a parametrized kind such as the sliding window sets its own per instance).
+    title: str = ""
     #: The panel families whose path the fault is on (None: every family). A family off its path
     #: would run the reference's own computation, so its checks are "untouched", not "passed".
     touches: ClassVar[tuple[str, ...] | None] = None
 
-    def why_not(self, engine: Any) -> str | None:
+    def why_not(self, engine: Faultable) -> str | None:
         """Why this fault cannot be injected into ``engine`` (no such part), or None."""
         return None
 
-    def stage(self, engine: Any) -> str | None:
+    def stage(self, engine: Faultable) -> str | None:
         """The bisect stage the fault sits in on ``engine``, or None when a cold prefill cannot see it."""
         return None
 
-    def describe(self, engine: Any) -> str:
+    def describe(self, engine: Faultable) -> str:
         """The title with where it was injected."""
         where = self.stage(engine)
         return self.title + (f" (injected at {where})" if where else "")
 
     @contextlib.contextmanager
-    def applied(self, engine: Any) -> Iterator[None]:
+    def applied(self, engine: Faultable) -> Iterator[None]:
         """The fault in force on ``engine``'s model for the block."""
         yield
 
-    def trim(self, engine: Any, cache: Any, n: int) -> bool:
+    def trim(self, engine: Faultable, cache: Any, n: int) -> bool:
         """The port's ``trim``: the engine's own unless a fault replaces it."""
         return bool(engine.trim(cache, n))
 
@@ -91,7 +100,7 @@ class Faithful(Fault):
     title = "faithful port: eager attention instead of SDPA (float32 reordering only)"
 
     @contextlib.contextmanager
-    def applied(self, engine: Any) -> Iterator[None]:
+    def applied(self, engine: Faultable) -> Iterator[None]:
         before = engine.model.config._attn_implementation
         engine.model.set_attn_implementation("eager")
         try:
@@ -104,14 +113,14 @@ class RopeBaseDefault(Fault):
     name = "rope_base_default"
     title = f"rotary base read from the wrong config key: the library default {LIBRARY_ROPE_BASE:,.0f}"
 
-    def _rotary(self, engine: Any) -> Any:
+    def _rotary(self, engine: Faultable) -> Any:
         return getattr(decoder(engine), "rotary_emb", None)
 
-    def _base(self, engine: Any) -> float | None:
+    def _base(self, engine: Faultable) -> float | None:
         params = getattr(engine.model.config, "rope_parameters", None) or {}
         return params.get("rope_theta", getattr(engine.model.config, "rope_theta", None))
 
-    def why_not(self, engine: Any) -> str | None:
+    def why_not(self, engine: Faultable) -> str | None:
         if self._rotary(engine) is None or self._base(engine) is None:
             return "the decoder has no rotary embedding with a rope_theta"
         if self._base(engine) == LIBRARY_ROPE_BASE:
@@ -120,20 +129,22 @@ class RopeBaseDefault(Fault):
             return "no softmax-attention layer reads the rotary embedding"
         return None
 
-    def stage(self, engine: Any) -> str | None:
+    def stage(self, engine: Faultable) -> str | None:
         # the rotary phases are read by the attention layers only (the hybrid's linear layers have none)
         return f"layer {attention_layers(engine)[0]}"
 
     @contextlib.contextmanager
-    def applied(self, engine: Any) -> Iterator[None]:
-        rotary = self._rotary(engine)
+    def applied(self, engine: Faultable) -> Iterator[None]:
+        rotary, base = self._rotary(engine), self._base(engine)
+        if rotary is None or base is None:
+            raise ValueError(f"{self.name}: {self.why_not(engine)}")
         # inv_freq_i = base^(-2i/d), so the same frequencies under another base are a power of them.
-        power = math.log(LIBRARY_ROPE_BASE) / math.log(float(self._base(engine)))
+        power = math.log(LIBRARY_ROPE_BASE) / math.log(float(base))
         with swapped(rotary, "inv_freq", rotary.inv_freq.double().pow(power).to(rotary.inv_freq.dtype)):
             yield
 
 
-def attention_layers(engine: Any) -> list[int]:
+def attention_layers(engine: Faultable) -> list[int]:
     """Indices of the decoder layers with a ``self_attn`` (softmax attention) child."""
     return [i for i, layer in enumerate(decoder(engine).layers) if "self_attn" in layer._modules]
 
@@ -146,18 +157,18 @@ class QkInterleaved(Fault):
     name = "qk_interleaved"
     title = "q/k rows in GGUF's interleaved rotary layout under a half-split rotary"
 
-    def layer(self, engine: Any) -> int | None:
+    def layer(self, engine: Faultable) -> int | None:
         found = attention_layers(engine)
         return next((i for i in found if i >= engine.num_layers // 3), found[-1] if found else None)
 
-    def why_not(self, engine: Any) -> str | None:
+    def why_not(self, engine: Faultable) -> str | None:
         return None if self.layer(engine) is not None else "no softmax-attention layer"
 
-    def stage(self, engine: Any) -> str | None:
+    def stage(self, engine: Faultable) -> str | None:
         return f"layer {self.layer(engine)}"
 
     @contextlib.contextmanager
-    def applied(self, engine: Any) -> Iterator[None]:
+    def applied(self, engine: Faultable) -> Iterator[None]:
         import torch
 
         attn = decoder(engine).layers[self.layer(engine)].self_attn
@@ -187,21 +198,21 @@ class RmsEps(Fault):
     name = "rms_eps"
     title = "RMSNorm epsilon 1e-6 where the config says 1e-5 (or the other way)"
 
-    def _norms(self, engine: Any) -> list[tuple[Any, str]]:
+    def _norms(self, engine: Faultable) -> list[tuple[Any, str]]:
         out = []
         for module in engine.model.modules():
             if "RMSNorm" in type(module).__name__:
                 out += [(module, a) for a in ("variance_epsilon", "eps") if isinstance(getattr(module, a, None), float)][:1]
         return out
 
-    def why_not(self, engine: Any) -> str | None:
+    def why_not(self, engine: Faultable) -> str | None:
         return None if self._norms(engine) else "no RMSNorm module with an epsilon"
 
-    def stage(self, engine: Any) -> str | None:
+    def stage(self, engine: Faultable) -> str | None:
         return "layer 0"
 
     @contextlib.contextmanager
-    def applied(self, engine: Any) -> Iterator[None]:
+    def applied(self, engine: Faultable) -> Iterator[None]:
         with contextlib.ExitStack() as stack:
             for module, attr in self._norms(engine):
                 eps = getattr(module, attr)
@@ -213,11 +224,11 @@ class FinalNormSkipped(Fault):
     name = "final_norm_skipped"
     title = "the final norm skipped: the head reads the raw residual stream"
 
-    def stage(self, engine: Any) -> str | None:
+    def stage(self, engine: Faultable) -> str | None:
         return "final norm"
 
     @contextlib.contextmanager
-    def applied(self, engine: Any) -> Iterator[None]:
+    def applied(self, engine: Faultable) -> Iterator[None]:
         norm = decoder(engine).norm
         norm.forward = lambda hidden, *a, **k: hidden  # an instance attribute shadows the class's forward
         try:
@@ -233,11 +244,11 @@ class UntiedHeadRow(Fault):
     name = "untied_head_row"
     title = "untied LM head: a copy of the embedding with the stop token's row replaced by the next row"
 
-    def stage(self, engine: Any) -> str | None:
+    def stage(self, engine: Faultable) -> str | None:
         return "head"
 
     @contextlib.contextmanager
-    def applied(self, engine: Any) -> Iterator[None]:
+    def applied(self, engine: Faultable) -> Iterator[None]:
         import torch
 
         head = engine.model.get_output_embeddings()
@@ -256,7 +267,7 @@ class DecodePositionOffByOne(Fault):
     title = "decode positions one early after the prefill (cache length - 1)"
 
     @contextlib.contextmanager
-    def applied(self, engine: Any) -> Iterator[None]:
+    def applied(self, engine: Faultable) -> Iterator[None]:
         import torch
 
         def shift(_module: Any, args: Any, kwargs: dict[str, Any]) -> Any:
@@ -266,7 +277,9 @@ class DecodePositionOffByOne(Fault):
                 return None
             pos = kwargs.get("position_ids")
             if pos is None:
-                x = kwargs.get("input_ids") if kwargs.get("input_ids") is not None else kwargs["inputs_embeds"]
+                x = kwargs.get("input_ids")
+                if x is None:
+                    x = kwargs["inputs_embeds"]
                 pos = (torch.arange(x.shape[1], device=x.device) + past).unsqueeze(0)
             return args, {**kwargs, "position_ids": pos - 1}
 
@@ -281,13 +294,13 @@ class TrimKeepsStaleRow(Fault):
     title = "KV-cache trim keeps one stale row (drops n - 1 of n rejected positions)"
     touches = ("speculative",)  # the only family that trims; chat, d1 and cohort restore snapshots
 
-    def why_not(self, engine: Any) -> str | None:
+    def why_not(self, engine: Faultable) -> str | None:
         cache = engine.make_cache()
         engine.forward([1, 2], cache, keep=1)
         return None if engine.is_trimmable(cache) else ("its caches cannot be trimmed (rolled back by "
                                                          "snapshot/restore), so no trim runs")
 
-    def trim(self, engine: Any, cache: Any, n: int) -> bool:
+    def trim(self, engine: Faultable, cache: Any, n: int) -> bool:
         return bool(engine.trim(cache, n - 1)) if n > 0 else bool(engine.trim(cache, 0))
 
 
@@ -298,7 +311,7 @@ class CohortSeesPadding(Fault):
     title = "cohort attention mask lets a padded lane see its padding"
     touches = ("cohort",)  # the only family whose forwards carry a 2-D mask with padding in it
 
-    def why_not(self, engine: Any) -> str | None:
+    def why_not(self, engine: Faultable) -> str | None:
         from oracles.engines.base import Unsupported
 
         a, b = engine.make_cache(), engine.make_cache()
@@ -311,7 +324,7 @@ class CohortSeesPadding(Fault):
         return None
 
     @contextlib.contextmanager
-    def applied(self, engine: Any) -> Iterator[None]:
+    def applied(self, engine: Faultable) -> Iterator[None]:
         import torch
 
         def unmask(_module: Any, args: Any, kwargs: dict[str, Any]) -> Any:
@@ -328,11 +341,11 @@ class Bf16PerLayer(Fault):
     name = "bf16_per_layer"
     title = "activations rounded through bfloat16 after every decoder layer"
 
-    def stage(self, engine: Any) -> str | None:
+    def stage(self, engine: Faultable) -> str | None:
         return "layer 0"
 
     @contextlib.contextmanager
-    def applied(self, engine: Any) -> Iterator[None]:
+    def applied(self, engine: Faultable) -> Iterator[None]:
         import torch
 
         def rounded(_module: Any, _inputs: Any, output: Any) -> Any:
@@ -352,18 +365,18 @@ class GateUpSwapped(Fault):
     name = "gate_up_swapped"
     title = "MLP gate and up projections swapped"
 
-    def layer(self, engine: Any) -> int:
+    def layer(self, engine: Faultable) -> int:
         return engine.num_layers // 2
 
-    def why_not(self, engine: Any) -> str | None:
+    def why_not(self, engine: Faultable) -> str | None:
         mlp = getattr(decoder(engine).layers[self.layer(engine)], "mlp", None)
         return None if hasattr(mlp, "gate_proj") and hasattr(mlp, "up_proj") else "no gate_proj/up_proj MLP"
 
-    def stage(self, engine: Any) -> str | None:
+    def stage(self, engine: Faultable) -> str | None:
         return f"layer {self.layer(engine)}"
 
     @contextlib.contextmanager
-    def applied(self, engine: Any) -> Iterator[None]:
+    def applied(self, engine: Faultable) -> Iterator[None]:
         mlp = decoder(engine).layers[self.layer(engine)].mlp
         gate, up = mlp.gate_proj.weight, mlp.up_proj.weight
         with swapped(mlp.gate_proj, "weight", up), swapped(mlp.up_proj, "weight", gate):

@@ -15,17 +15,26 @@ numpy and the family run objects; no engine is called.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
 
 from oracles.checks.port import first_divergence, port_figures, readout_failures, readout_figures, threshold_failures
-from oracles.engines.base import Unsupported
+from oracles.engines.base import Generation, Step, Unsupported
+
+if TYPE_CHECKING:
+    from oracles.families.chat import ChatRun
+    from oracles.families.d1_run import RequestRun, TreeRun
+    from oracles.families.decode import DecodeRun
+    from oracles.families.speculative import SpeculativeRun
+    from oracles.faults.panel import CohortRun
 
 #: Outcome of one check on one port: caught, passed, not applicable (the engine lacks the family's
 #: capability, its reason kept), untouched (the fault is not on the family's path; not run).
 CAUGHT, PASSED, NOT_APPLICABLE, UNTOUCHED = "caught", "passed", "n/a", "untouched"
 
 
-def logits_failure(what: str, ref: Any, port: Any) -> str | None:
+def logits_failure(what: str, ref: np.ndarray, port: np.ndarray) -> str | None:
     """First threshold a port's logits pass against the reference's (:mod:`oracles.checks.port`), or None."""
     try:
         fails = threshold_failures(port_figures(ref, port))
@@ -54,17 +63,17 @@ def _prefix_steps(a: list[int], b: list[int]) -> int:
     return min(len(a), len(b)) if d is None else d + 1
 
 
-def forward_port(ref: Any, port: Any) -> str | None:
+def forward_port(ref: Step, port: Step) -> str | None:
     return logits_failure("ping: prefill logits [row, token]", ref.logits, port.logits)
 
 
-def decode_port(ref: Any, port: Any) -> str | None:
+def decode_port(ref: DecodeRun, port: DecodeRun) -> str | None:
     n = _prefix_steps(ref.tokens, port.tokens)
     return _first(logits_failure("arith: decode step logits [step, token]", ref.step_logits[:n], port.step_logits[:n]),
                   tokens_failure("arith: greedy decode", ref.tokens, port.tokens))
 
 
-def decode_recompute(_ref: Any, port: Any) -> str | None:
+def decode_recompute(_ref: DecodeRun, port: DecodeRun) -> str | None:
     for s in sorted(port.recomputed):
         msg = logits_failure(f"arith: decode step {s} (prefix {len(port.prompt) + s} ids), cached vs recomputed",
                              port.recomputed[s][None], port.step_logits[s][None])
@@ -73,7 +82,7 @@ def decode_recompute(_ref: Any, port: Any) -> str | None:
     return None
 
 
-def generation_port(ref: Any, port: Any) -> str | None:
+def generation_port(ref: Generation, port: Generation) -> str | None:
     n = _prefix_steps(ref.tokens, port.tokens)
     return _first(logits_failure("arith: greedy generation step logits [step, token]", ref.step_logits[:n],
                                  port.step_logits[:n]),
@@ -85,7 +94,7 @@ def generation_vs_decode(port_runs: dict[str, Any]) -> str | None:
                           port_runs["decode"].tokens, port_runs["generation"].tokens, ("decode loop", "generation"))
 
 
-def speculative_port(ref: Any, port: Any) -> str | None:
+def speculative_port(ref: SpeculativeRun, port: SpeculativeRun) -> str | None:
     return tokens_failure("arith: speculative (twin draft) committed", ref.tokens, port.tokens)
 
 
@@ -94,7 +103,7 @@ def speculative_vs_greedy(port_runs: dict[str, Any]) -> str | None:
                           port_runs["decode"].tokens, port_runs["speculative"].tokens, ("greedy", "speculative"))
 
 
-def chat_port(ref: Any, port: Any) -> str | None:
+def chat_port(ref: ChatRun, port: ChatRun) -> str | None:
     for a, b in zip(ref.turns, port.turns):
         where = f"{ref.record_id} turn {a.index + 1}"
         msg = _first(tokens_failure(f"{where}: suffix ids", a.suffix, b.suffix),
@@ -105,7 +114,7 @@ def chat_port(ref: Any, port: Any) -> str | None:
     return None
 
 
-def chat_warm_cold(_ref: Any, port: Any) -> str | None:
+def chat_warm_cold(_ref: ChatRun, port: ChatRun) -> str | None:
     for t in port.turns:
         msg = logits_failure(f"{port.record_id} turn {t.index + 1}: warm (live cache) vs cold prefill of "
                              f"{len(t.frontier) + len(t.suffix)} ids", t.cold[None], t.warm[None])
@@ -114,7 +123,7 @@ def chat_warm_cold(_ref: Any, port: Any) -> str | None:
     return None
 
 
-def chat_replay(_ref: Any, port: Any) -> str | None:
+def chat_replay(_ref: ChatRun, port: ChatRun) -> str | None:
     for t in port.turns:
         msg = tokens_failure(f"{port.record_id} turn {t.index + 1}: the pre-turn snapshot restored and teacher-forced",
                              t.tokens, t.replay, ("turn", "replay"))
@@ -128,29 +137,42 @@ def _readout(where: str, keys: list[str], ref: list[float], port: list[float]) -
     return f"{where}: {fails[0]}" if fails else None
 
 
-def d1_port(ref: Any, port: Any, keys: dict[str, list[str]]) -> str | None:
+def _tree(run: RequestRun) -> TreeRun:
+    """The tree pass of a d1 run.
+
+    Raises:
+        ValueError: none ran (fewer than two of the request's questions have rows for the pin), so a
+            check that reads it cannot be made (an error of the panel, not a pass).
+    """
+    if run.tree is None:
+        raise ValueError(f"fact_water on {run.engine}: no tree pass ran ({len(run.rows)} question(s) with rows); "
+                         "the tree checks need two or more")
+    return run.tree
+
+
+def d1_port(ref: RequestRun, port: RequestRun, keys: dict[str, list[str]]) -> str | None:
     for qid, row in ref.rows.items():
         msg = _first(_readout(f"fact_water/{qid} row: read-out", keys[qid], row.probs, port.rows[qid].probs),
                      logits_failure(f"fact_water/{qid} row: slot logits [0, token]", row.logits, port.rows[qid].logits))
         if msg:
             return msg
     for k, qid in enumerate(keys):
-        msg = _readout(f"fact_water/{qid} tree branch: read-out", keys[qid], ref.tree.probs[k], port.tree.probs[k])
+        msg = _readout(f"fact_water/{qid} tree branch: read-out", keys[qid], _tree(ref).probs[k], _tree(port).probs[k])
         if msg:
             return msg
     return None
 
 
-def d1_tree_row(_ref: Any, port: Any, keys: dict[str, list[str]]) -> str | None:
+def d1_tree_row(_ref: RequestRun, port: RequestRun, keys: dict[str, list[str]]) -> str | None:
     for k, qid in enumerate(keys):
         msg = _readout(f"fact_water/{qid}: tree branch vs row (row on the reference side)", keys[qid],
-                       port.rows[qid].probs, port.tree.probs[k])
+                       port.rows[qid].probs, _tree(port).probs[k])
         if msg:
             return msg
     return None
 
 
-def cohort_port(ref: Any, port: Any) -> str | None:
+def cohort_port(ref: CohortRun, port: CohortRun) -> str | None:
     for b, lane in enumerate(ref.lanes):
         n = _prefix_steps(ref.tokens_serial[b][1:], port.tokens_cohort[b][1:])
         msg = _first(logits_failure(f"{lane}: cohort step logits [step, token] vs the reference's lane alone",
@@ -161,7 +183,7 @@ def cohort_port(ref: Any, port: Any) -> str | None:
     return None
 
 
-def cohort_serial(_ref: Any, port: Any) -> str | None:
+def cohort_serial(_ref: CohortRun, port: CohortRun) -> str | None:
     for b, lane in enumerate(port.lanes):
         n = _prefix_steps(port.tokens_serial[b][1:], port.tokens_cohort[b][1:])
         msg = _first(logits_failure(f"{lane}: cohort step logits [step, token] vs the lane alone", port.serial[b, :n],

@@ -24,7 +24,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from oracles.engines.base import Sampler
+from oracles.engines.base import Engine, Sampler
 from oracles.families import d1
 from oracles.families.chat import ChatRecord, chat_request, run_chat
 from oracles.families.d1_run import run_request
@@ -75,7 +75,7 @@ class CohortRun:
     cohort: np.ndarray
 
 
-def run_cohort(engine: Any, ids: Sequence[int], slices: Sequence[tuple[int, int]], steps: int) -> CohortRun:
+def run_cohort(engine: Engine, ids: Sequence[int], slices: Sequence[tuple[int, int]], steps: int) -> CohortRun:
     """Prefill each lane ``ids[a:b]`` once, snapshot it; decode ``steps`` greedy steps per lane alone
     (``forward``, one token) and all lanes together (``decode_cohort``), each from a restored snapshot.
 
@@ -117,7 +117,7 @@ def d1_inputs(pin: str) -> tuple[d1.Request, dict[str, dict[str, Any]]]:
     return request, {r["qid"]: r for r in d1.rows_doc(pin)["rows"] if r["id"] == D1_REQUEST}
 
 
-def family_runner(family: str, engine: Any, draft: Callable[[], Any]) -> Callable[[], Any]:
+def family_runner(family: str, engine: Engine, draft: Callable[[], Engine]) -> Callable[[], Any]:
     """The zero-argument run of ``family`` on ``engine`` (``draft()`` gives the speculative draft engine),
     the records' token ids those of the engine's pin.
 

@@ -10,16 +10,35 @@ one reads.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import numpy as np
 
 from oracles.engines.base import Engine, Generation, Prompt, Sampler, Step
 from oracles.faults.kinds import Fault
 
+if TYPE_CHECKING:
+    from oracles.engines.taps import Taps
+    from oracles.faults.kinds import Faultable
+
 #: The facts a family reads from an engine, carried over from the wrapped one.
 FACTS = ("pin", "root", "threads", "vocab_size", "hidden_size", "num_layers", "eos_token_ids", "max_context",
          "tokenizer", "model", "tied")
+
+
+def faultable(engine: Engine) -> Faultable:
+    """``engine`` as what a fault is injected into: a transformers engine
+    (:class:`oracles.engines.torch_ref.TorchReference` or a subclass) or a fault port over one.
+
+    Raises:
+        TypeError: any other engine (named): a fault edits a transformers model in place.
+    """
+    from oracles.engines.torch_ref import TorchReference
+
+    if isinstance(engine, (TorchReference, FaultPort)):
+        return engine
+    raise TypeError(f"engine {engine.id!r} ({type(engine).__name__}): a fault is injected into a transformers engine "
+                    "(TorchReference) or a fault port over one")
 
 
 class FaultPort(Engine):
@@ -30,13 +49,16 @@ class FaultPort(Engine):
             ``base`` (:meth:`Fault.why_not`, engine and reason named).
     """
 
+    #: The transformers model the faults edit: the wrapped engine's own (one of :data:`FACTS`).
+    model: Any
+
     def __init__(self, base: Engine, fault: Fault) -> None:
-        self.base, self.fault = base, fault
+        self.base, self.fault = faultable(base), fault
         self.id = f"{base.id}+{fault.name}"  # type: ignore[misc]  # an instance id: one per wrapped fault
         for name in FACTS:
             if hasattr(base, name):
                 setattr(self, name, getattr(base, name))
-        why = fault.why_not(base)
+        why = fault.why_not(self.base)
         if why:
             raise self._unsupported(f"inject the fault {fault.name}", why)
         self._depth = 0
@@ -66,7 +88,7 @@ class FaultPort(Engine):
         with self._on():
             return self.base.forward(prompt, cache, keep, layers)
 
-    def taps(self, prompt: Prompt | Sequence[int]) -> Any:
+    def taps(self, prompt: Prompt | Sequence[int]) -> Taps:
         with self._on():
             return self.base.taps(prompt)
 

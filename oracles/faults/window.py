@@ -15,9 +15,12 @@ from __future__ import annotations
 import contextlib
 import copy
 import sys
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from oracles.faults.kinds import Fault, attention_layers, decoder
+
+if TYPE_CHECKING:
+    from oracles.faults.kinds import Faultable
 
 #: The variant's window. The panel's records pass it: "ping" 31 ids, "arith" 45, the d1 rows 62..80,
 #: the cohort's longest lane 24 + 8 steps; 24 keys leave the first 24 positions of every record
@@ -35,10 +38,10 @@ class SlidingWindow(Fault):
         self.title = (f"sliding window of {window} (transformers' create_sliding_window_causal_mask, as "
                       "Mistral's decoder builds it)")
 
-    def _module(self, engine: Any) -> Any:
+    def _module(self, engine: Faultable) -> Any:
         return sys.modules[type(decoder(engine)).__module__]
 
-    def why_not(self, engine: Any) -> str | None:
+    def why_not(self, engine: Faultable) -> str | None:
         if getattr(engine.model.config, "sliding_window", None) is not None:
             return "the model has a sliding window of its own"
         if not hasattr(self._module(engine), "create_causal_mask"):
@@ -46,7 +49,7 @@ class SlidingWindow(Fault):
         return None
 
     @contextlib.contextmanager
-    def applied(self, engine: Any) -> Iterator[None]:
+    def applied(self, engine: Faultable) -> Iterator[None]:
         from transformers.masking_utils import create_sliding_window_causal_mask
 
         config = copy.copy(engine.model.config)
@@ -64,23 +67,31 @@ class SlidingWindow(Fault):
             module.create_causal_mask = old
 
 
+def _window_of(engine: Faultable) -> SlidingWindow | None:
+    """The sliding-window variant ``engine`` is a fault port of, or None."""
+    fault = getattr(engine, "fault", None)
+    return fault if isinstance(fault, SlidingWindow) else None
+
+
 class WindowOffByOne(Fault):
     """On the windowed variant: the port attends ``W + 1`` keys, one older position than the window."""
 
     name = "window_off_by_one"
     title = "sliding window off by one (W + 1 keys attended)"
 
-    def why_not(self, engine: Any) -> str | None:
-        if not isinstance(getattr(engine, "fault", None), SlidingWindow):
+    def why_not(self, engine: Faultable) -> str | None:
+        if _window_of(engine) is None:
             return "the model has no sliding window (the fault runs on the windowed variant of the pin)"
         return None
 
-    def stage(self, engine: Any) -> str | None:
+    def stage(self, engine: Faultable) -> str | None:
         return f"layer {attention_layers(engine)[0]}"
 
     @contextlib.contextmanager
-    def applied(self, engine: Any) -> Iterator[None]:
-        window = engine.fault  # the variant this port wraps; its window is read when its own call starts
+    def applied(self, engine: Faultable) -> Iterator[None]:
+        window = _window_of(engine)  # the variant this port wraps; its window is read when its own call starts
+        if window is None:
+            raise ValueError(f"{self.name}: {self.why_not(engine)}")
         old = window.window
         window.window = old + 1
         try:

@@ -7,18 +7,21 @@ it only under ``--port-records all``). Each chat runs once per session (``runs``
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pytest
 
 from oracles.checks.exact import assert_ids_equal, diff
 from oracles.checks.port import assert_within_thresholds, first_divergence, held_figures
+from oracles.engines.base import Engine
 from oracles.families import DEFAULT_PIN
 from oracles.families import execution as ex
 from oracles.families.chat import ChatRecord
 from oracles.fingerprint import fingerprint
+from oracles.fixtures import Runs
 from oracles.pins import untrained_reason
+from oracles.receipts import Receipt
 from oracles.units import attach_unit
 
 pytestmark = [pytest.mark.mtplx_chat, pytest.mark.slow]
@@ -49,11 +52,11 @@ def record(request: pytest.FixtureRequest) -> ChatRecord:
     return request.param
 
 
-def _run(runs: Callable[..., Any], engine: Any, record: ChatRecord) -> Any:
+def _run(runs: Runs, engine: Engine, record: ChatRecord) -> Any:
     return ex.chat(runs, engine, record)
 
 
-def test_turns_finish_with_stop(runs: Callable[..., Any], engine: Any, record: ChatRecord, receipt: Any,
+def test_turns_finish_with_stop(runs: Runs, engine: Engine, record: ChatRecord, receipt: Receipt,
                                 request: pytest.FixtureRequest) -> None:
     """Every turn ends with a stop token within the cap; tokens, text and counts recorded. On an
     untrained pin the figures are recorded and the stop check skips, naming the pin's declaration;
@@ -77,7 +80,7 @@ def test_turns_finish_with_stop(runs: Callable[..., Any], engine: Any, record: C
     assert not bad, f"{record.id}: turns without a stop token within {record.max_new_tokens} tokens (turn, reason, tokens): {bad}"
 
 
-def test_cache_holds_frontier(runs: Callable[..., Any], engine: Any, record: ChatRecord, receipt: Any) -> None:
+def test_cache_holds_frontier(runs: Runs, engine: Engine, record: ChatRecord, receipt: Receipt) -> None:
     """Before each turn the live cache holds exactly the template's rendering of the conversation so far.
 
     The cached ids are the ids the chat appended (the prompts and the model's own tokens); the rendering
@@ -94,7 +97,7 @@ def test_cache_holds_frontier(runs: Callable[..., Any], engine: Any, record: Cha
                          f"{record.id} turn {t.index + 1}: cached ids vs the template's rendering of the conversation")
 
 
-def test_warm_equals_cold(runs: Callable[..., Any], engine: Any, record: ChatRecord, receipt: Any) -> None:
+def test_warm_equals_cold(runs: Runs, engine: Engine, record: ChatRecord, receipt: Receipt) -> None:
     """Next-token logits after a turn's suffix through the live cache agree with a cold prefill of the same ids."""
     run = _run(runs, engine, record)
     figures, failures = [], []
@@ -110,7 +113,7 @@ def test_warm_equals_cold(runs: Callable[..., Any], engine: Any, record: ChatRec
     assert not failures, f"{record.id}: " + "; ".join(failures)
 
 
-def test_snapshot_unchanged_by_turn(runs: Callable[..., Any], engine: Any, record: ChatRecord, receipt: Any) -> None:
+def test_snapshot_unchanged_by_turn(runs: Runs, engine: Engine, record: ChatRecord, receipt: Receipt) -> None:
     """A snapshot taken before a turn has the same digest after the turn ran on the live cache."""
     run = _run(runs, engine, record)
     receipt.update(digests=[{"turn": t.index + 1, "before": t.digest_before, "after": t.digest_after} for t in run.turns])
@@ -118,7 +121,7 @@ def test_snapshot_unchanged_by_turn(runs: Callable[..., Any], engine: Any, recor
     assert not changed, f"{record.id}: the turn changed its pre-turn snapshot (turns {changed})"
 
 
-def test_restore_reproduces_turn(runs: Callable[..., Any], engine: Any, record: ChatRecord) -> None:
+def test_restore_reproduces_turn(runs: Runs, engine: Engine, record: ChatRecord) -> None:
     """The pre-turn snapshot restored into a fresh cache, with the suffix and the turn's tokens run through
     it, gives the turn's tokens back as its argmax (teacher forcing)."""
     run = _run(runs, engine, record)
@@ -126,7 +129,7 @@ def test_restore_reproduces_turn(runs: Callable[..., Any], engine: Any, record: 
         assert_ids_equal(t.replay, t.tokens, f"{record.id} turn {t.index + 1}: restored-snapshot argmax vs the turn's tokens")
 
 
-def test_completion_counts(runs: Callable[..., Any], engine: Any, record: ChatRecord, receipt: Any) -> None:
+def test_completion_counts(runs: Runs, engine: Engine, record: ChatRecord, receipt: Receipt) -> None:
     """Completion token counts (stop token not counted) are recorded and each turn produced text."""
     run = _run(runs, engine, record)
     counts = [t.completion_tokens for t in run.turns]
@@ -135,7 +138,7 @@ def test_completion_counts(runs: Callable[..., Any], engine: Any, record: ChatRe
     assert all(c > 0 for c in counts), f"{record.id}: an empty answer: {counts}"
 
 
-def _held_port(what: str, ref_logits: Any, port_logits: Any, receipt: Any) -> None:
+def _held_port(what: str, ref_logits: Any, port_logits: Any, receipt: Receipt) -> None:
     __tracebackhide__ = True
     fig = held_figures(what, ref_logits, port_logits)
     receipt.update(fig)
@@ -143,8 +146,8 @@ def _held_port(what: str, ref_logits: Any, port_logits: Any, receipt: Any) -> No
 
 
 @pytest.mark.port
-def test_chat_vs_reference(runs: Callable[..., Any], reference: Any, port: Any, record: ChatRecord,
-                           receipt: Any) -> None:
+def test_chat_vs_reference(runs: Runs, reference: Engine, port: Engine, record: ChatRecord,
+                           receipt: Receipt) -> None:
     """Port vs reference (marker port): each turn's suffix ids and tokens equal, warm next-token logits
     within the fp32 thresholds of oracles.checks.port."""
     ref, got = ex.chat(runs, reference, record), ex.chat(runs, port, record)

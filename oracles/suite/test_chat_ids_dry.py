@@ -15,6 +15,7 @@ import pytest
 from oracles.checks.exact import assert_ids_equal
 from oracles.families.mtplx import GENERATION, PROMPTS, load_prompts, source_digests
 from oracles.pins import load_pin
+from oracles.receipts import Receipt
 from oracles.records import family_tokens
 from oracles.tokenizer import LightTokenizer, tokenizer_folder
 
@@ -40,7 +41,7 @@ def tokenizers() -> Callable[[str], LightTokenizer]:
     return get
 
 
-def test_dry_tokens_current(pin: str, receipt: Any) -> None:
+def test_dry_tokens_current(pin: str, receipt: Receipt) -> None:
     """The pin's tokens file was made from the committed prompt files."""
     doc = family_tokens("mtplx", pin)
     receipt.update(sources=doc.get("sources"))
@@ -49,7 +50,7 @@ def test_dry_tokens_current(pin: str, receipt: Any) -> None:
 
 
 @pytest.mark.parametrize("record", RECORDS, ids=[p.id for p in RECORDS])
-def test_dry_chat_ids(tokenizers: Callable[[str], LightTokenizer], pin: str, record: Any, receipt: Any) -> None:
+def test_dry_chat_ids(tokenizers: Callable[[str], LightTokenizer], pin: str, record: Any, receipt: Receipt) -> None:
     bound = record.bind(pin)
     ids = tokenizers(pin).chat_ids(record.message_list)
     receipt.update(request_sha256=record.sha256, token_count=len(ids))

@@ -11,7 +11,7 @@ run together and a run cut by ``--deadline`` leaves whole rows finished (``test_
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -19,6 +19,7 @@ import pytest
 from oracles.checks import readout
 from oracles.checks.exact import assert_bits_equal, assert_within, diff
 from oracles.checks.mrope import ClosedFormGap, Media, decode_planes, first_mismatches, mrope_planes, pad_runs, rope_delta
+from oracles.engines.base import Engine
 from oracles.engines.vl import pixel_digest
 from oracles.families import clef
 from oracles.families.clef_run import (
@@ -33,6 +34,8 @@ from oracles.families.clef_run import (
     vision_spec,
 )
 from oracles.fingerprint import fingerprint
+from oracles.fixtures import Runs
+from oracles.receipts import Receipt
 from oracles.units import attach_unit
 
 pytestmark = [pytest.mark.clef, pytest.mark.slow]
@@ -52,7 +55,7 @@ BY_LABEL = {r.label: r for r in ROWS}
 HEAD_RERUN_ATOL = 1e-6
 
 
-def _run(runs: Callable[..., Any], engine: Any, row: Row, root: Path, manifest: dict[str, Any], receipt: Any) -> RowRun:
+def _run(runs: Runs, engine: Engine, row: Row, root: Path, manifest: dict[str, Any], receipt: Receipt) -> RowRun:
     run, made = memo_row(runs, engine, row, vision_spec(root), manifest)
     receipt.update(row=row.label, engine=engine.id, run_made=made)
     return run
@@ -63,8 +66,8 @@ def _media(run: RowRun) -> list[Media]:
 
 
 @pytest.mark.parametrize("row", ROWS, ids=ROW_IDS, scope="module")
-def test_prompt_structure(runs: Callable[..., Any], engine: Any, row: Row, clef_root: Path, manifest: dict[str, Any],
-                          receipt: Any) -> None:
+def test_prompt_structure(runs: Runs, engine: Engine, row: Row, clef_root: Path, manifest: dict[str, Any],
+                          receipt: Receipt) -> None:
     """Each picture is one vision start, its pads, one vision end (a video: one such block per temporal
     group); the engine's processor chose the grid the arm fixes (g64/g128: the square's; native/video:
     the drawn size's)."""
@@ -86,8 +89,8 @@ def test_prompt_structure(runs: Callable[..., Any], engine: Any, row: Row, clef_
 
 
 @pytest.mark.parametrize("row", ROWS, ids=ROW_IDS, scope="module")
-def test_tower_rows(runs: Callable[..., Any], engine: Any, row: Row, clef_root: Path, manifest: dict[str, Any],
-                    receipt: Any) -> None:
+def test_tower_rows(runs: Runs, engine: Engine, row: Row, clef_root: Path, manifest: dict[str, Any],
+                    receipt: Receipt) -> None:
     """The vision tower gave each picture t*h*w/merge^2 rows of the text width, as many as its pads."""
     run = _run(runs, engine, row, clef_root, manifest, receipt)
     spec = vision_spec(clef_root)
@@ -98,15 +101,16 @@ def test_tower_rows(runs: Callable[..., Any], engine: Any, row: Row, clef_root: 
             f"{row.label}: picture {i} grid {list(m.grid)}: tower rows {list(m.tower.shape)}, expected " \
             f"[{spec.tokens(m.grid)}, {engine.hidden_size}]"
         rows[m.kind] += m.tower.shape[0]
-    receipt.update(tower=[dict(fingerprint(m.tower)) for m in run.step.media], pixels=[pixel_digest(m.pixels) for m in run.step.media])
+    receipt.update(tower=[dict(fingerprint(m.tower)) for m in run.step.media],
+                   pixels=[pixel_digest(m.pixels) for m in run.step.media])
     if run.step.media:
         receipt.array("tower", np.concatenate([m.tower for m in run.step.media]))  # [N, D], pictures in order
     assert rows == pads, f"{row.label}: tower rows {rows} vs pad tokens {pads}"
 
 
 @pytest.mark.parametrize("row", ROWS, ids=ROW_IDS, scope="module")
-def test_mrope_closed_form(runs: Callable[..., Any], engine: Any, row: Row, clef_root: Path,
-                           manifest: dict[str, Any], receipt: Any) -> None:
+def test_mrope_closed_form(runs: Runs, engine: Engine, row: Row, clef_root: Path,
+                           manifest: dict[str, Any], receipt: Receipt) -> None:
     """The rotary planes the text model received equal the closed form of :mod:`oracles.checks.mrope`."""
     run = _run(runs, engine, row, clef_root, manifest, receipt)
     spec = vision_spec(clef_root)
@@ -122,8 +126,8 @@ def test_mrope_closed_form(runs: Callable[..., Any], engine: Any, row: Row, clef
 
 
 @pytest.mark.parametrize("row", ROWS, ids=ROW_IDS, scope="module")
-def test_head_rerun(runs: Callable[..., Any], engine: Any, row: Row, clef_root: Path, manifest: dict[str, Any],
-                    receipt: Any) -> None:
+def test_head_rerun(runs: Runs, engine: Engine, row: Row, clef_root: Path, manifest: dict[str, Any],
+                    receipt: Receipt) -> None:
     """The LM head on the tapped final-norm hidden states reproduces the logits (bit equality recorded)."""
     run = _run(runs, engine, row, clef_root, manifest, receipt)
     again = engine.lm_head(run.step.hidden)
@@ -133,8 +137,8 @@ def test_head_rerun(runs: Callable[..., Any], engine: Any, row: Row, clef_root: 
 
 
 @pytest.mark.parametrize("row", ROWS, ids=ROW_IDS, scope="module")
-def test_final_norm(runs: Callable[..., Any], engine: Any, row: Row, clef_root: Path, manifest: dict[str, Any],
-                    receipt: Any) -> None:
+def test_final_norm(runs: Runs, engine: Engine, row: Row, clef_root: Path, manifest: dict[str, Any],
+                    receipt: Receipt) -> None:
     """The final norm on the last layer's tapped residual stream equals the tapped final-norm output."""
     run = _run(runs, engine, row, clef_root, manifest, receipt)
     assert run.step.layers is not None and run.step.layers.shape[0] == engine.num_layers + 1
@@ -145,8 +149,8 @@ def test_final_norm(runs: Callable[..., Any], engine: Any, row: Row, clef_root: 
 
 
 @pytest.mark.parametrize("row", ROWS, ids=ROW_IDS, scope="module")
-def test_independent_forward(runs: Callable[..., Any], engine: Any, row: Row, clef_root: Path,
-                             manifest: dict[str, Any], receipt: Any) -> None:
+def test_independent_forward(runs: Runs, engine: Engine, row: Row, clef_root: Path,
+                             manifest: dict[str, Any], receipt: Receipt) -> None:
     """The library's plain forward (no taps) gives the hooked run's logits bit for bit; the first row is
     also run hooked again (determinism)."""
     run = _run(runs, engine, row, clef_root, manifest, receipt)
@@ -161,8 +165,8 @@ def test_independent_forward(runs: Callable[..., Any], engine: Any, row: Row, cl
 
 
 @pytest.mark.parametrize("row", ROWS, ids=ROW_IDS, scope="module")
-def test_readout(runs: Callable[..., Any], engine: Any, row: Row, clef_root: Path, manifest: dict[str, Any],
-                 receipt: Any) -> None:
+def test_readout(runs: Runs, engine: Engine, row: Row, clef_root: Path, manifest: dict[str, Any],
+                 receipt: Receipt) -> None:
     """d1's read-out on the answer slot: logz is log_softmax of the slot logits bit for bit, and the
     read-out of logz is the row's probabilities; the comparable unit goes to the receipt."""
     run = _run(runs, engine, row, clef_root, manifest, receipt)
@@ -182,8 +186,8 @@ def test_readout(runs: Callable[..., Any], engine: Any, row: Row, clef_root: Pat
 
 
 @pytest.mark.parametrize("row", ROWS, ids=ROW_IDS, scope="module")
-def test_absmax(runs: Callable[..., Any], engine: Any, row: Row, clef_root: Path, manifest: dict[str, Any],
-                receipt: Any) -> None:
+def test_absmax(runs: Runs, engine: Engine, row: Row, clef_root: Path, manifest: dict[str, Any],
+                receipt: Receipt) -> None:
     """Per decoder layer, the residual stream's absmax (position 0, the rest, overall, where) and the
     MLP down-projection input's, for ``oracles survey``; two chosen runs keep every layer's stream."""
     run = _run(runs, engine, row, clef_root, manifest, receipt)
@@ -195,8 +199,8 @@ def test_absmax(runs: Callable[..., Any], engine: Any, row: Row, clef_root: Path
 
 
 @pytest.mark.parametrize("row", DECODE_ROWS, ids=[r.label for r in DECODE_ROWS], scope="module")
-def test_decode_positions(runs: Callable[..., Any], engine: Any, row: Row, clef_root: Path,
-                          manifest: dict[str, Any], receipt: Any) -> None:
+def test_decode_positions(runs: Runs, engine: Engine, row: Row, clef_root: Path,
+                          manifest: dict[str, Any], receipt: Receipt) -> None:
     """Decode steps after a prefill sit at cache length + delta on all three planes, delta from the
     prefill's closed-form planes; the prefill itself matches the closed form too."""
     run = _run(runs, engine, row, clef_root, manifest, receipt)
@@ -214,8 +218,8 @@ def test_decode_positions(runs: Callable[..., Any], engine: Any, row: Row, clef_
 
 
 @pytest.mark.parametrize("pair", PAIRS, ids=[f"{a}>{b}" for a, b in PAIRS], scope="module")
-def test_second_request(engine: Any, pair: tuple[str, str], clef_root: Path, manifest: dict[str, Any],
-                        receipt: Any) -> None:
+def test_second_request(engine: Engine, pair: tuple[str, str], clef_root: Path, manifest: dict[str, Any],
+                        receipt: Receipt) -> None:
     """A request after another on the same engine gets its own planes and delta, not the first one's
     (both libraries keep the last delta on the model). The first request's delta is nonzero, so a
     stale delta would show."""

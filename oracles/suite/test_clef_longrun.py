@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 import pytest
 
+from oracles.fixtures import Engines
 from oracles.receipts import FAILING
 from oracles.state import state_of
 
@@ -65,7 +66,7 @@ def _row_of(t: dict[str, Any]) -> str | None:
     return (t.get("data") or {}).get("row")
 
 
-def test_deadline_then_resume(pin: str, verified_snapshot: Callable[[str], Path], engines: Callable[..., Any],
+def test_deadline_then_resume(pin: str, verified_snapshot: Callable[[str], Path], engines: Engines,
                               pytestconfig: pytest.Config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """On each clef pin (a ``pin`` parameter: the same xdist group, so the same loaded reference, as
     ``test_clef.py``)."""
@@ -104,4 +105,5 @@ def test_deadline_then_resume(pin: str, verified_snapshot: Callable[[str], Path]
     assert finished not in {_row_of(t) for t in ran}, f"the resumed session ran tests of the finished row {finished}"
     made = [str(_row_of(t)) for t in ran if (t.get("data") or {}).get("run_made")]
     rows_two = {str(_row_of(t)) for t in ran if _row_of(t)}
-    assert sorted(made) == sorted(rows_two), f"each unfinished row's run is made once: made {sorted(made)}, rows {sorted(rows_two)}"
+    assert sorted(made) == sorted(rows_two), \
+        f"each unfinished row's run is made once: made {sorted(made)}, rows {sorted(rows_two)}"

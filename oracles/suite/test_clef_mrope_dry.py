@@ -138,14 +138,16 @@ def test_closed_form_equals_transformers_get_rope_index(case: Any) -> None:
 
     before, media, after = case
     ids = _prompt(before, media, after)
-    stub = SimpleNamespace(config=SimpleNamespace(vision_config=SimpleNamespace(spatial_merge_size=MERGE)))
+    # the methods read only the config and each other: a namespace stands in for the model
+    stub: Any = SimpleNamespace(config=SimpleNamespace(vision_config=SimpleNamespace(spatial_merge_size=MERGE)))
     stub.get_vision_position_ids = functools.partial(Qwen3_5Model.get_vision_position_ids, stub)
     types = torch.tensor([[1 if i == IMG else 2 if i == VID else 0 for i in ids]])
-    grid = {k: (torch.tensor(g) if g else None) for k, g in (("image", _grids(media, "image")), ("video", _grids(media, "video")))}
+    grid = {k: (torch.tensor(g) if g else None) for k, g in (("image", _grids(media, "image")),
+                                                            ("video", _grids(media, "video")))}
     lib, delta = Qwen3_5Model.get_rope_index(stub, torch.tensor([ids]), types, grid["image"], grid["video"])
     want = mrope_planes(ids, [Media(k, g) for k, g in media], IMG, VID, MERGE)
-    lib = lib[:, 0].numpy()
-    assert not first_mismatches(lib, want), f"transformers vs closed form: {first_mismatches(lib, want)}"
+    got = lib[:, 0].numpy()
+    assert not first_mismatches(got, want), f"transformers vs closed form: {first_mismatches(got, want)}"
     assert int(delta[0, 0]) == rope_delta(want)
 
 
@@ -158,8 +160,8 @@ def test_closed_form_equals_mlx_vlm_get_rope_index(case: Any) -> None:
 
     before, media, after = case
     ids = _prompt(before, media, after)
-    stub = SimpleNamespace(config=SimpleNamespace(vision_config=SimpleNamespace(spatial_merge_size=MERGE),
-                                                  image_token_id=IMG, video_token_id=VID, vision_start_token_id=VS))
+    stub: Any = SimpleNamespace(config=SimpleNamespace(vision_config=SimpleNamespace(spatial_merge_size=MERGE),
+                                                       image_token_id=IMG, video_token_id=VID, vision_start_token_id=VS))
     grid = {k: (mx.array(g) if g else None) for k, g in (("image", _grids(media, "image")), ("video", _grids(media, "video")))}
     lib, delta = LanguageModel.get_rope_index(stub, mx.array([ids]), grid["image"], grid["video"])
     lib = np.array(lib)

@@ -10,7 +10,7 @@ holds the same rows again from the receipt's ``clef-row`` units (mlx-vlm is the 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -18,9 +18,12 @@ import pytest
 from oracles.checks.exact import assert_ids_equal, assert_within, diff
 from oracles.checks.mrope import first_mismatches
 from oracles.checks.port import assert_within_thresholds, held_figures, readout_failures, readout_figures
+from oracles.engines.base import Engine
 from oracles.families import clef
 from oracles.families.clef_run import CLEF_SAMPLE_TOKENS, Row, RowRun, all_rows, memo_row, vision_spec
+from oracles.fixtures import Runs
 from oracles.port_scope import PortScope
+from oracles.receipts import Receipt
 
 pytestmark = [pytest.mark.clef, pytest.mark.slow]
 
@@ -33,8 +36,8 @@ ROW_IDS = [r.label for r in ROWS]
 PIXEL_ATOL = 3e-7
 
 
-def _pair(runs: Callable[..., Any], reference: Any, port: Any, row: Row, root: Path, manifest: dict[str, Any],
-          config: pytest.Config, receipt: Any) -> tuple[RowRun, RowRun]:
+def _pair(runs: Runs, reference: Engine, port: Engine, row: Row, root: Path, manifest: dict[str, Any],
+          config: pytest.Config, receipt: Receipt) -> tuple[RowRun, RowRun]:
     """The reference's and the port's run of ``row``; a row the port scope leaves out is skipped."""
     spec = vision_spec(root)
     ref, _ = memo_row(runs, reference, row, spec, manifest)
@@ -47,8 +50,8 @@ def _pair(runs: Callable[..., Any], reference: Any, port: Any, row: Row, root: P
 
 
 @pytest.mark.parametrize("row", ROWS, ids=ROW_IDS, scope="module")
-def test_port_inputs(runs: Callable[..., Any], reference: Any, port: Any, row: Row, clef_root: Path,
-                     manifest: dict[str, Any], pytestconfig: pytest.Config, receipt: Any) -> None:
+def test_port_inputs(runs: Runs, reference: Engine, port: Engine, row: Row, clef_root: Path,
+                     manifest: dict[str, Any], pytestconfig: pytest.Config, receipt: Receipt) -> None:
     """The port renders the same ids, and its processor chooses the same grids and pixel rows within
     :data:`PIXEL_ATOL` (bit equality recorded)."""
     ref, got = _pair(runs, reference, port, row, clef_root, manifest, pytestconfig, receipt)
@@ -62,8 +65,8 @@ def test_port_inputs(runs: Callable[..., Any], reference: Any, port: Any, row: R
 
 
 @pytest.mark.parametrize("row", ROWS, ids=ROW_IDS, scope="module")
-def test_port_positions(runs: Callable[..., Any], reference: Any, port: Any, row: Row,
-                        clef_root: Path, manifest: dict[str, Any], pytestconfig: pytest.Config, receipt: Any) -> None:
+def test_port_positions(runs: Runs, reference: Engine, port: Engine, row: Row,
+                        clef_root: Path, manifest: dict[str, Any], pytestconfig: pytest.Config, receipt: Receipt) -> None:
     """The port's text model received the reference's M-RoPE planes, position for position."""
     ref, got = _pair(runs, reference, port, row, clef_root, manifest, pytestconfig, receipt)
     a, b = np.asarray(got.step.positions), np.asarray(ref.step.positions)
@@ -72,13 +75,14 @@ def test_port_positions(runs: Callable[..., Any], reference: Any, port: Any, row
 
 
 @pytest.mark.parametrize("row", ROWS, ids=ROW_IDS, scope="module")
-def test_port_logits(runs: Callable[..., Any], reference: Any, port: Any, row: Row, clef_root: Path,
-                     manifest: dict[str, Any], pytestconfig: pytest.Config, receipt: Any) -> None:
+def test_port_logits(runs: Runs, reference: Engine, port: Engine, row: Row, clef_root: Path,
+                     manifest: dict[str, Any], pytestconfig: pytest.Config, receipt: Receipt) -> None:
     """Every position's logits within the float32 port thresholds; the tower rows, final hidden states and
     residual stream differences are recorded (they feed the logits, which carry the threshold)."""
     ref, got = _pair(runs, reference, port, row, clef_root, manifest, pytestconfig, receipt)
     fig = held_figures(row.label, ref.step.logits, got.step.logits)
     towers = [diff(p.tower, r.tower).max_abs for p, r in zip(got.step.media, ref.step.media)]
+    assert got.step.layers is not None and ref.step.layers is not None, "forward(layers=True) returned no residual stream"
     stream = np.abs(got.step.layers.astype(np.float64) - ref.step.layers).max(axis=(1, 2))
     receipt.update(figures=fig, tower_max_abs=towers, hidden_max_abs=diff(got.step.hidden, ref.step.hidden).max_abs,
                    stream_max_abs=[float(v) for v in stream])
@@ -86,8 +90,8 @@ def test_port_logits(runs: Callable[..., Any], reference: Any, port: Any, row: R
 
 
 @pytest.mark.parametrize("row", ROWS, ids=ROW_IDS, scope="module")
-def test_port_readout(runs: Callable[..., Any], reference: Any, port: Any, row: Row,
-                      clef_root: Path, manifest: dict[str, Any], pytestconfig: pytest.Config, receipt: Any) -> None:
+def test_port_readout(runs: Runs, reference: Engine, port: Engine, row: Row,
+                      clef_root: Path, manifest: dict[str, Any], pytestconfig: pytest.Config, receipt: Receipt) -> None:
     """The question's read-out probabilities within max |Δp| of the reference's, and the same answer
     unless the reference's is a near tie (:data:`oracles.checks.port.KEY_MARGIN`)."""
     ref, got = _pair(runs, reference, port, row, clef_root, manifest, pytestconfig, receipt)

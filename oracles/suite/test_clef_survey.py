@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pytest
 
 from oracles.checks.absmax import FP16_MAX, headroom, row_stats
 from oracles.cli import main as cli_main
+from oracles.engines.base import Engine
 from oracles.families import DEFAULT_PIN, clef
 from oracles.families.clef_run import absmax_record
 from oracles.families.d1_rows import rows_view
+from oracles.fixtures import Engines
+from oracles.receipts import Receipt
 
 pytestmark = pytest.mark.clef
 
@@ -32,7 +35,7 @@ D1_ROWS = [next(r for (rid, _), r in _D1.rows.items() if _D1.meta[rid]["bucket"]
 SURVEY_RUNS = [*(f"clef:{r.id}/{q.qid}" for r, q in TEXT_ROWS), *(f"d1:{r['id']}/{r['qid']}" for r in D1_ROWS)]
 
 
-def _ids(engine: Any, run: str) -> list[int]:
+def _ids(engine: Engine, run: str) -> list[int]:
     family, _, label = run.partition(":")
     if family == "d1":
         return next(list(r["ids"]) for r in D1_ROWS if f"{r['id']}/{r['qid']}" == label)
@@ -42,7 +45,7 @@ def _ids(engine: Any, run: str) -> list[int]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("run", SURVEY_RUNS, scope="module")
-def test_smollm2_absmax(engines: Callable[..., Any], pytestconfig: pytest.Config, run: str, receipt: Any) -> None:
+def test_smollm2_absmax(engines: Engines, pytestconfig: pytest.Config, run: str, receipt: Receipt) -> None:
     """Per layer absmax of SmolLM2-135M's residual stream (the real pin), for ``oracles survey``."""
     engine = engines(pytestconfig.getoption("reference"), DEFAULT_PIN)
     ids = _ids(engine, run)
@@ -74,7 +77,7 @@ def test_survey_command_figures(tmp_path: Path, capsys: pytest.CaptureFixture[st
     out = json.loads((tmp_path / "r.absmax.json").read_text())
     assert (tmp_path / "r.absmax.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     g = out["groups"]["p/torch"]
-    assert [(l["overall"]["max"], l["overall"]["run"]) for l in g["layers"]] == [(4.0, "b"), (300.0, "a")]
+    assert [(la["overall"]["max"], la["overall"]["run"]) for la in g["layers"]] == [(4.0, "b"), (300.0, "a")]
     assert g["layers"][1]["mlp_down_in"]["max"] == 5.0 and g["residual_max"]["max"] == 300.0
     assert g["layers"][1]["overall"]["headroom_ratio"] == pytest.approx(FP16_MAX / 300.0)
     assert out["groups"]["q/mlx"]["layers"][0]["mlp_down_in"] is None

@@ -11,14 +11,17 @@ serial-vs-cohort tests are strict xfails with that reason, and everything else s
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pytest
 
 from oracles.checks.cohort import Tally, compose, fixed_lanes
 from oracles.checks.exact import diff
+from oracles.engines.base import Engine
 from oracles.families import cohort as fam
+from oracles.fixtures import Runs
+from oracles.receipts import Receipt
 
 pytestmark = pytest.mark.cohort
 slow = pytest.mark.slow
@@ -50,13 +53,13 @@ def spec(pytestconfig: pytest.Config, engine_id: str, pin_file: Any) -> fam.Coho
 
 
 @pytest.fixture
-def parity(runs: Callable[..., Any], engine: Any, pin: str, spec: fam.CohortSpec) -> Any:
+def parity(runs: Runs, engine: Engine, pin: str, spec: fam.CohortSpec) -> Any:
     """The span's lockstep on this (pin, engine), made once per session (:func:`fam.run_parity`)."""
     return runs(("cohort", pin, engine.id, spec.scope), lambda: fam.run_parity(engine, spec))
 
 
 @pytest.fixture
-def anchor(runs: Callable[..., Any], parity: Any, engine: Any, pin: str, spec: fam.CohortSpec) -> Any:
+def anchor(runs: Runs, parity: Any, engine: Engine, pin: str, spec: fam.CohortSpec) -> Any:
     """The grow-and-anchor phase on the span's final caches, once per session; apart from the span's
     run, so an engine that cannot grow a cache still has its span proven."""
     from oracles.families.cohort_anchor import run_anchor
@@ -69,7 +72,7 @@ def anchor(runs: Callable[..., Any], parity: Any, engine: Any, pin: str, spec: f
     return runs(("cohort-anchor", pin, engine.id, spec.scope), make)
 
 
-def _xfail_if_batch_variant(request: pytest.FixtureRequest, engine: Any) -> None:
+def _xfail_if_batch_variant(request: pytest.FixtureRequest, engine: Engine) -> None:
     reason = engine.batch_variance()
     if reason:
         request.applymarker(pytest.mark.xfail(strict=True, reason=f"{engine.id}: {reason}"))
@@ -82,12 +85,12 @@ def _figures(tally: Tally, lane: int | None = None) -> dict[str, Any]:
             "first": [m.to_json() for q in lanes for m in tally.lane_mismatches(q)[:3]]}
 
 
-def _where(pin: str, engine: Any, spec: fam.CohortSpec) -> str:
+def _where(pin: str, engine: Engine, spec: fam.CohortSpec) -> str:
     return f"{pin} ({engine.id}, {spec.scope} span)"
 
 
 @pytest.mark.dry
-def test_lane_map_moves_every_lane(receipt: Any) -> None:
+def test_lane_map_moves_every_lane(receipt: Receipt) -> None:
     """The vacuity guard: the map moves every lane (so an un-permuting error compares two lanes), a
     map applied twice moves every lane too, and both spans' tokens are distinct where they must be."""
     assert fixed_lanes(fam.PHYSICAL_TO_LOGICAL) == [], f"lanes {fixed_lanes(fam.PHYSICAL_TO_LOGICAL)} do not move"
@@ -101,8 +104,8 @@ def test_lane_map_moves_every_lane(receipt: Any) -> None:
 
 
 @slow
-def test_cohort_bits_equal_serial(request: pytest.FixtureRequest, parity: Any, engine: Any, pin: str, spec: Any,
-                                  lane: int, receipt: Any) -> None:
+def test_cohort_bits_equal_serial(request: pytest.FixtureRequest, parity: Any, engine: Engine, pin: str, spec: Any,
+                                  lane: int, receipt: Receipt) -> None:
     """At every step the lane's hidden state, logits and every cache buffer in the cohort, un-permuted,
     equal the serial lane's bit for bit."""
     _xfail_if_batch_variant(request, engine)
@@ -112,7 +115,7 @@ def test_cohort_bits_equal_serial(request: pytest.FixtureRequest, parity: Any, e
 
 
 @slow
-def test_cohort_positive_control(parity: Any, engine: Any, pin: str, spec: Any, receipt: Any) -> None:
+def test_cohort_positive_control(parity: Any, engine: Engine, pin: str, spec: Any, receipt: Receipt) -> None:
     """The same comparison made without un-permuting fails for every lane at every step."""
     control = parity.control
     receipt.update(engine=engine.id, pin=pin, comparisons=control.comparisons, caught_by=control.caught_by,
@@ -124,7 +127,7 @@ def test_cohort_positive_control(parity: Any, engine: Any, pin: str, spec: Any, 
 
 
 @slow
-def test_cohort_identical_lanes_agree(parity: Any, engine: Any, pin: str, spec: Any, receipt: Any) -> None:
+def test_cohort_identical_lanes_agree(parity: Any, engine: Engine, pin: str, spec: Any, receipt: Receipt) -> None:
     """In the twin run, rows 0 and 1 hold one lane (prompt and tokens): they agree bit for bit at every
     step, hidden, logits and every buffer."""
     tally = parity.twins
@@ -134,7 +137,7 @@ def test_cohort_identical_lanes_agree(parity: Any, engine: Any, pin: str, spec: 
 
 
 @slow
-def test_cohort_row_isolation(parity: Any, engine: Any, pin: str, spec: Any, lane: int, receipt: Any) -> None:
+def test_cohort_row_isolation(parity: Any, engine: Engine, pin: str, spec: Any, lane: int, receipt: Receipt) -> None:
     """A lane kept in its row of a same-shaped batch keeps its bits when every other lane's tokens
     change (and, in the twin run, when lane 0 holds another prompt)."""
     iso, twin = parity.isolation, parity.twin_isolation
@@ -147,7 +150,7 @@ def test_cohort_row_isolation(parity: Any, engine: Any, pin: str, spec: Any, lan
 
 
 @slow
-def test_cohort_close_to_serial(parity: Any, engine: Any, pin: str, spec: Any, lane: int, receipt: Any) -> None:
+def test_cohort_close_to_serial(parity: Any, engine: Engine, pin: str, spec: Any, lane: int, receipt: Receipt) -> None:
     """Engine-independent: the cohort's logits of the lane are within COHORT_ATOL of the serial lane's
     at every step, with the same argmax."""
     gap, same = parity.logit_gap[:, lane], parity.argmax_equal[:, lane]
@@ -160,7 +163,7 @@ def test_cohort_close_to_serial(parity: Any, engine: Any, pin: str, spec: Any, l
 
 
 @slow
-def test_cohort_hidden_feeds_head(parity: Any, engine: Any, pin: str, spec: Any, receipt: Any) -> None:
+def test_cohort_hidden_feeds_head(parity: Any, engine: Engine, pin: str, spec: Any, receipt: Receipt) -> None:
     """The cohort's hidden rows of the last step are what its logits rows were read from (lm_head re-run),
     with the contract's shapes."""
     hidden, logits = parity.last_hidden, parity.last_logits
@@ -173,7 +176,7 @@ def test_cohort_hidden_feeds_head(parity: Any, engine: Any, pin: str, spec: Any,
 
 
 @slow
-def test_cohort_cache_lengths(parity: Any, engine: Any, pin: str, spec: Any, receipt: Any) -> None:
+def test_cohort_cache_lengths(parity: Any, engine: Engine, pin: str, spec: Any, receipt: Receipt) -> None:
     """After the span each cohort cache holds its prompt plus the steps."""
     expected = [spec.prefix[q] + spec.steps for q in fam.PHYSICAL_TO_LOGICAL]
     receipt.update(engine=engine.id, pin=pin, lengths=parity.lengths, expected=expected, seconds=parity.seconds)
@@ -181,7 +184,7 @@ def test_cohort_cache_lengths(parity: Any, engine: Any, pin: str, spec: Any, rec
 
 
 @slow
-def test_cohort_grow_keeps_rows(anchor: Any, engine: Any, pin: str, spec: Any, receipt: Any) -> None:
+def test_cohort_grow_keeps_rows(anchor: Any, engine: Engine, pin: str, spec: Any, receipt: Receipt) -> None:
     """Growing every cache gives it at least the capacity asked, more than it had, with every buffer's
     valid rows bit-equal to the source's; extended, every lane holds ``anchor`` positions."""
     grown = anchor.grown
@@ -198,8 +201,8 @@ def test_cohort_grow_keeps_rows(anchor: Any, engine: Any, pin: str, spec: Any, r
 
 
 @slow
-def test_cohort_anchor_bits_equal_serial(request: pytest.FixtureRequest, anchor: Any, engine: Any, pin: str,
-                                         spec: Any, receipt: Any) -> None:
+def test_cohort_anchor_bits_equal_serial(request: pytest.FixtureRequest, anchor: Any, engine: Engine, pin: str,
+                                         spec: Any, receipt: Receipt) -> None:
     """At the anchor the cohort caches, un-permuted, equal the serial ones, and one more transaction
     (hidden, logits, every buffer after it) is bit-exact."""
     _xfail_if_batch_variant(request, engine)
@@ -212,7 +215,7 @@ def test_cohort_anchor_bits_equal_serial(request: pytest.FixtureRequest, anchor:
 
 
 @slow
-def test_cohort_snapshot_restore(anchor: Any, engine: Any, pin: str, spec: Any, receipt: Any) -> None:
+def test_cohort_snapshot_restore(anchor: Any, engine: Engine, pin: str, spec: Any, receipt: Receipt) -> None:
     """Per buffer: each live cache matches its snapshot, the snapshot is unchanged by the transaction,
     and ``restore`` (and growing it again) gives the snapshot's bytes back."""
     f = anchor.failures
@@ -224,7 +227,7 @@ def test_cohort_snapshot_restore(anchor: Any, engine: Any, pin: str, spec: Any, 
 
 
 @slow
-def test_cohort_replay_after_restore(anchor: Any, engine: Any, pin: str, spec: Any, receipt: Any) -> None:
+def test_cohort_replay_after_restore(anchor: Any, engine: Engine, pin: str, spec: Any, receipt: Receipt) -> None:
     """The transaction replayed on restored caches gives the first time's bits (hidden, logits, buffers)."""
     lines = anchor.failures["replay"]
     receipt.update(engine=engine.id, pin=pin, failures=lines)
@@ -232,8 +235,8 @@ def test_cohort_replay_after_restore(anchor: Any, engine: Any, pin: str, spec: A
 
 
 @slow
-def test_cohort_benchmark(runs: Callable[..., Any], anchor: Any, engine: Any, pin: str, spec: Any,
-                          receipt: Any) -> None:
+def test_cohort_benchmark(runs: Runs, anchor: Any, engine: Engine, pin: str, spec: Any,
+                          receipt: Receipt) -> None:
     """The paired benchmark from the anchor snapshots (a receipt section, no timed assertion); every
     timed trial must have decoded the anchor transaction (its outputs' digests are the proof's)."""
     from oracles.families.cohort_bench import PAIRS, run_bench
@@ -251,7 +254,7 @@ def test_cohort_benchmark(runs: Callable[..., Any], anchor: Any, engine: Any, pi
 
 
 @slow
-def test_cohort_bad_input(engine: Any, pin: str, monkeypatch: pytest.MonkeyPatch, receipt: Any) -> None:
+def test_cohort_bad_input(engine: Engine, pin: str, monkeypatch: pytest.MonkeyPatch, receipt: Receipt) -> None:
     """Mismatched counts, an empty cohort, one cache for two lanes and a lane past the context are
     refused with a ValueError naming the problem, before any lane's cache changes."""
     a, b = engine.make_cache(), engine.make_cache()

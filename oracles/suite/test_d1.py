@@ -9,7 +9,7 @@ read what those passes computed. Ports (``engine_id`` beyond the reference) run 
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -17,12 +17,14 @@ import pytest
 from oracles.checks import readout
 from oracles.checks.close import log_softmax64
 from oracles.checks.exact import assert_bits_equal, assert_ids_equal, assert_within, diff
-from oracles.engines.base import check_fits
+from oracles.engines.base import Engine, check_fits
 from oracles.families import d1
 from oracles.families.d1_rows import RowsView, load_arms, rows_view
 from oracles.families.d1_run import D1_SAMPLE_TOKENS, FULL_BUCKETS, RequestRun, row_pass, run_request
 from oracles.fingerprint import as_f4, fingerprint
+from oracles.fixtures import Runs
 from oracles.port_scope import PortScope
+from oracles.receipts import Receipt
 from oracles.units import attach_unit
 
 pytestmark = [pytest.mark.d1, pytest.mark.slow]
@@ -92,7 +94,7 @@ def _gate(engine_id: str, config: pytest.Config, pin: str, rid: str) -> None:
         pytest.skip(scope.skip_reason(engine_id, rid, tokens))
 
 
-def _run(runs: Callable[..., Any], engine: Any, rid: str, config: pytest.Config) -> RequestRun:
+def _run(runs: Runs, engine: Engine, rid: str, config: pytest.Config) -> RequestRun:
     _gate(engine.id, config, engine.pin, rid)
     req = REQUESTS[rid]
     view = _view(engine.pin)
@@ -102,7 +104,7 @@ def _run(runs: Callable[..., Any], engine: Any, rid: str, config: pytest.Config)
     return runs(("d1", engine.id, engine.pin, rid), lambda: run_request(engine, req, rows, full))
 
 
-def _row_run(runs: Callable[..., Any], engine: Any, key: tuple[str, str], config: pytest.Config) -> Any:
+def _row_run(runs: Runs, engine: Engine, key: tuple[str, str], config: pytest.Config) -> Any:
     """The row pass of question ``key`` (skipped where the pin's tokenizer has no row for it)."""
     _row(engine.pin, key)
     return _run(runs, engine, key[0], config).rows[key[1]]
@@ -122,8 +124,8 @@ def _facts(pin: str, key: tuple[str, str], probs: list[float]) -> dict[str, Any]
 
 
 @pytest.mark.parametrize("key", QUESTIONS, ids=[_label(k) for k in QUESTIONS])
-def test_row_ids(runs: Callable[..., Any], engine: Any, key: tuple[str, str], pytestconfig: pytest.Config,
-                 receipt: Any) -> None:
+def test_row_ids(runs: Runs, engine: Engine, key: tuple[str, str], pytestconfig: pytest.Config,
+                 receipt: Receipt) -> None:
     """The engine's chat-template ids of the row equal the pin's d1 rows's (the tokenizer-alone ids)."""
     run = _row_run(runs, engine, key, pytestconfig)
     receipt.update(row_len=len(run.ids), request_sha256=_view(engine.pin).meta[key[0]]["sha256"])
@@ -131,8 +133,8 @@ def test_row_ids(runs: Callable[..., Any], engine: Any, key: tuple[str, str], py
 
 
 @pytest.mark.parametrize("key", QUESTIONS, ids=[_label(k) for k in QUESTIONS])
-def test_logz(runs: Callable[..., Any], engine: Any, key: tuple[str, str], pytestconfig: pytest.Config,
-              receipt: Any) -> None:
+def test_logz(runs: Runs, engine: Engine, key: tuple[str, str], pytestconfig: pytest.Config,
+              receipt: Receipt) -> None:
     """The row's log-probabilities are log_softmax of its recorded slot logits, bit for bit, and
     within float32 rounding of a float64 log-softmax."""
     run = _row_run(runs, engine, key, pytestconfig)
@@ -144,8 +146,8 @@ def test_logz(runs: Callable[..., Any], engine: Any, key: tuple[str, str], pytes
 
 
 @pytest.mark.parametrize("key", QUESTIONS, ids=[_label(k) for k in QUESTIONS])
-def test_readout(runs: Callable[..., Any], engine: Any, key: tuple[str, str], pytestconfig: pytest.Config,
-                 receipt: Any) -> None:
+def test_readout(runs: Runs, engine: Engine, key: tuple[str, str], pytestconfig: pytest.Config,
+                 receipt: Receipt) -> None:
     """readout(logz) with the pin's d1 rows's groups equals the row's probabilities bit for bit; the figures
     (probabilities, argmax, gold agreement, top-2 gap, seconds) go to the receipt."""
     run = _row_run(runs, engine, key, pytestconfig)
@@ -162,8 +164,8 @@ def test_readout(runs: Callable[..., Any], engine: Any, key: tuple[str, str], py
 
 
 @pytest.mark.parametrize("key", QUESTIONS, ids=[_label(k) for k in QUESTIONS])
-def test_head_rerun(runs: Callable[..., Any], engine: Any, key: tuple[str, str], pytestconfig: pytest.Config,
-                    receipt: Any) -> None:
+def test_head_rerun(runs: Runs, engine: Engine, key: tuple[str, str], pytestconfig: pytest.Config,
+                    receipt: Receipt) -> None:
     """lm_head on the kept final-norm hidden row reproduces the kept slot logits row."""
     run = _row_run(runs, engine, key, pytestconfig)
     again = engine.lm_head(run.hidden)
@@ -173,8 +175,8 @@ def test_head_rerun(runs: Callable[..., Any], engine: Any, key: tuple[str, str],
 
 
 @pytest.mark.parametrize("key", QUESTIONS, ids=[_label(k) for k in QUESTIONS])
-def test_hidden_states(runs: Callable[..., Any], engine: Any, key: tuple[str, str], pytestconfig: pytest.Config,
-                       receipt: Any) -> None:
+def test_hidden_states(runs: Runs, engine: Engine, key: tuple[str, str], pytestconfig: pytest.Config,
+                       receipt: Receipt) -> None:
     """The slot's final-norm hidden state is [1, D] and finite."""
     run = _row_run(runs, engine, key, pytestconfig)
     h = as_f4(run.hidden, f"{_label(key)}: final-norm hidden state at the slot")
@@ -183,8 +185,8 @@ def test_hidden_states(runs: Callable[..., Any], engine: Any, key: tuple[str, st
 
 
 @pytest.mark.parametrize("bucket", FULL_BUCKETS)
-def test_full_hidden_states(runs: Callable[..., Any], engine: Any, bucket: int, pytestconfig: pytest.Config,
-                            receipt: Any) -> None:
+def test_full_hidden_states(runs: Runs, engine: Engine, bucket: int, pytestconfig: pytest.Config,
+                            receipt: Receipt) -> None:
     """The first question of the bucket's first request, every position: hidden states [L, D] finite;
     lm_head on them reproduces the [L, V] logits."""
     key = next((k for k in _full(engine.pin) if _view(engine.pin).meta[k[0]]["bucket"] == bucket), None)
@@ -202,16 +204,17 @@ def test_full_hidden_states(runs: Callable[..., Any], engine: Any, bucket: int, 
 
 
 @pytest.mark.parametrize("rid", TREES)
-def test_tree_split(runs: Callable[..., Any], engine: Any, rid: str, pytestconfig: pytest.Config, receipt: Any) -> None:
+def test_tree_split(runs: Runs, engine: Engine, rid: str, pytestconfig: pytest.Config, receipt: Receipt) -> None:
     """The tree's recorded trunk and branches equal the pin's d1 rows's split; trunk + branch is each row."""
     meta = _tree_meta(engine.pin, rid)
     run = _run(runs, engine, rid, pytestconfig)
     tree = run.tree
     assert tree is not None, f"{rid}: a request with several questions ran no tree"
     rows_s = sum(r.seconds for r in run.rows.values())
-    receipt.update(engine=engine.id, pin=engine.pin, trunk_len=len(tree.trunk), branch_lens=[len(b) for b in tree.branches], bucket=meta["bucket"],
-                   questions=len(tree.branches), tree_seconds=round(tree.seconds, 4), rows_seconds=round(rows_s, 4),
-                   trunk_seconds=round(tree.trunk_seconds, 4), tree_over_rows=round(tree.seconds / rows_s, 4))
+    receipt.update(engine=engine.id, pin=engine.pin, trunk_len=len(tree.trunk), branch_lens=[len(b) for b in tree.branches],
+                   bucket=meta["bucket"], questions=len(tree.branches), tree_seconds=round(tree.seconds, 4),
+                   rows_seconds=round(rows_s, 4), trunk_seconds=round(tree.trunk_seconds, 4),
+                   tree_over_rows=round(tree.seconds / rows_s, 4))
     assert_ids_equal(tree.trunk, meta["trunk"], f"{rid}: recorded trunk vs the pin's d1 rows")
     assert len(tree.branches) == len(meta["branches"]), f"{rid}: {len(tree.branches)} branches recorded"
     for qid, got, want in zip(meta["questions"], tree.branches, meta["branches"]):
@@ -220,8 +223,8 @@ def test_tree_split(runs: Callable[..., Any], engine: Any, rid: str, pytestconfi
 
 
 @pytest.mark.parametrize("rid", TREES)
-def test_tree_snapshot_intact(runs: Callable[..., Any], engine: Any, rid: str, pytestconfig: pytest.Config,
-                              receipt: Any) -> None:
+def test_tree_snapshot_intact(runs: Runs, engine: Engine, rid: str, pytestconfig: pytest.Config,
+                              receipt: Receipt) -> None:
     """Restoring the trunk's snapshot for each branch leaves the snapshot itself unchanged."""
     _tree_meta(engine.pin, rid)
     tree = _run(runs, engine, rid, pytestconfig).tree
@@ -232,8 +235,8 @@ def test_tree_snapshot_intact(runs: Callable[..., Any], engine: Any, rid: str, p
 
 
 @pytest.mark.parametrize("key", TREE_QUESTIONS, ids=[_label(k) for k in TREE_QUESTIONS])
-def test_tree_readout(runs: Callable[..., Any], engine: Any, key: tuple[str, str], pytestconfig: pytest.Config,
-                      receipt: Any) -> None:
+def test_tree_readout(runs: Runs, engine: Engine, key: tuple[str, str], pytestconfig: pytest.Config,
+                      receipt: Receipt) -> None:
     """The branch's logz is log_softmax of its slot logits, and readout of it is the tree's probabilities, bit for bit."""
     _tree_meta(engine.pin, key[0]), _row(engine.pin, key)
     tree = _run(runs, engine, key[0], pytestconfig).tree
@@ -250,8 +253,8 @@ def test_tree_readout(runs: Callable[..., Any], engine: Any, key: tuple[str, str
 
 
 @pytest.mark.parametrize("key", TREE_QUESTIONS, ids=[_label(k) for k in TREE_QUESTIONS])
-def test_tree_vs_row(runs: Callable[..., Any], engine: Any, key: tuple[str, str], pytestconfig: pytest.Config,
-                     receipt: Any) -> None:
+def test_tree_vs_row(runs: Runs, engine: Engine, key: tuple[str, str], pytestconfig: pytest.Config,
+                     receipt: Receipt) -> None:
     """Tree and row probabilities of one question agree within TREE_ROW_DP_TOL (figure recorded)."""
     _tree_meta(engine.pin, key[0]), _row(engine.pin, key)
     run = _run(runs, engine, key[0], pytestconfig)
@@ -261,16 +264,16 @@ def test_tree_vs_row(runs: Callable[..., Any], engine: Any, key: tuple[str, str]
     dp = readout.max_abs_dp(run.tree.probs[k], row.probs)
     dl = diff(run.tree.logits[k], row.logits)
     facts = _facts(engine.pin, key, run.tree.probs[k])
-    receipt.update(engine=engine.id, pin=engine.pin, max_abs_dp=dp, max_abs_dlogit=dl.max_abs, logits_bit_equal=dl.equal, tol=TREE_ROW_DP_TOL,
-                   argmax_equal=readout.argmax(row.probs) == readout.argmax(run.tree.probs[k]),
+    receipt.update(engine=engine.id, pin=engine.pin, max_abs_dp=dp, max_abs_dlogit=dl.max_abs, logits_bit_equal=dl.equal,
+                   tol=TREE_ROW_DP_TOL, argmax_equal=readout.argmax(row.probs) == readout.argmax(run.tree.probs[k]),
                    gold_match_tree=facts["gold_match"], probs_tree=run.tree.probs[k], probs_row=row.probs)
     assert dp <= TREE_ROW_DP_TOL, (f"{_label(key)}: tree vs row max |dp| {dp:.3e} > {TREE_ROW_DP_TOL:g} "
                                    f"(tree {run.tree.probs[k]}, row {row.probs}; max |dlogit| {dl.max_abs:.3e})")
 
 
 @pytest.mark.parametrize("key", QUESTIONS[:1], ids=[_label(k) for k in QUESTIONS[:1]])
-def test_determinism(runs: Callable[..., Any], engine: Any, key: tuple[str, str], pytestconfig: pytest.Config,
-                     receipt: Any) -> None:
+def test_determinism(runs: Runs, engine: Engine, key: tuple[str, str], pytestconfig: pytest.Config,
+                     receipt: Receipt) -> None:
     """The first request's first row again, cold: logits, hidden state and probabilities bit for bit."""
     first = _row_run(runs, engine, key, pytestconfig)
     again = row_pass(engine, _row(engine.pin, key)["ids"], _row(engine.pin, key)["readout_ids"])
@@ -285,8 +288,8 @@ ARM_KEYS = [(a["base_id"], arm_id) for arm_id, a in ARMS.items()]
 
 
 @pytest.mark.parametrize("arm", ARM_KEYS, ids=[k[1] for k in ARM_KEYS])
-def test_red_arm(runs: Callable[..., Any], engine: Any, arm: tuple[str, str], pytestconfig: pytest.Config,
-                 receipt: Any) -> None:
+def test_red_arm(runs: Runs, engine: Engine, arm: tuple[str, str], pytestconfig: pytest.Config,
+                 receipt: Receipt) -> None:
     """An adopted control arm moves some option's probability by more than RED_ARM_MIN against its base row.
 
     Adoption is a measurement on one pin (the arm's ``measured.pin``): on another pin the move is
@@ -301,10 +304,10 @@ def test_red_arm(runs: Callable[..., Any], engine: Any, arm: tuple[str, str], py
     assert row["keys"] == _row(engine.pin, base_key)["keys"], f"{arm_id}: keys {row['keys']} differ from the base's"
     dp = readout.max_abs_dp(arm_run.probs, base.probs)
     keys = row["keys"]
-    receipt.update(engine=engine.id, pin=engine.pin, kind=spec["kind"], base=_label(base_key), max_abs_dp=dp, threshold=d1.RED_ARM_MIN,
-                   probs_base=base.probs, probs_arm=arm_run.probs, argmax_base=keys[readout.argmax(base.probs)],
-                   argmax_arm=keys[readout.argmax(arm_run.probs)], measured_at_adoption=spec["measured"]["max_abs_dp"],
-                   row_len=len(row["ids"]))
+    receipt.update(engine=engine.id, pin=engine.pin, kind=spec["kind"], base=_label(base_key), max_abs_dp=dp,
+                   threshold=d1.RED_ARM_MIN, probs_base=base.probs, probs_arm=arm_run.probs,
+                   argmax_base=keys[readout.argmax(base.probs)], argmax_arm=keys[readout.argmax(arm_run.probs)],
+                   measured_at_adoption=spec["measured"]["max_abs_dp"], row_len=len(row["ids"]))
     adopted_on = spec["measured"].get("pin")
     if adopted_on != engine.pin:
         pytest.skip(f"{arm_id} was adopted for its move on pin {adopted_on} (max |dp| "

@@ -18,6 +18,7 @@ from oracles.checks.exact import assert_ids_equal
 from oracles.families import d1
 from oracles.families.d1_rows import RowsView, current_rows, load_arms, rows_view
 from oracles.pins import load_pin, sha256_file
+from oracles.receipts import Receipt
 from oracles.tokenizer import tokenizer_folder
 
 pytestmark = [pytest.mark.dry, pytest.mark.d1]
@@ -54,18 +55,20 @@ def views() -> Callable[[str], tuple[RowsView, RowsView]]:  # one build per pin 
     return get
 
 
-def _pair(views: Callable[[str], tuple[RowsView, RowsView]], pin: str, key: tuple[str, str]) -> tuple[dict[str, Any], dict[str, Any]]:
+def _pair(views: Callable[[str], tuple[RowsView, RowsView]], pin: str,
+          key: tuple[str, str]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(committed row, row today) of a question; skips a question this tokenizer rejects in both."""
     committed, now = views(pin)
     got, want = now.rows.get(key), committed.rows.get(key)
     if got is None and want is None:
         pytest.skip(f"{_label(key)}: no row for pin {pin}'s tokenizer ({committed.rejection(key)})")
     assert got is not None, f"{_label(key)}: a row in the committed d1 tokens of {pin} but no longer a row"
-    assert want is not None, f"{_label(key)}: a row today but not in the committed d1 tokens of {pin}: run `oracles records d1 --pin {pin}`"
+    assert want is not None, \
+        f"{_label(key)}: a row today but not in the committed d1 tokens of {pin}: run `oracles records d1 --pin {pin}`"
     return got, want
 
 
-def test_dry_rows_file_current(pin: str, receipt: Any) -> None:
+def test_dry_rows_file_current(pin: str, receipt: Receipt) -> None:
     """The pin's d1 rows were generated from the committed requests.json and red_arms.json."""
     committed = rows_view(pin).doc
     want = sha256_file(d1.REQUESTS)
@@ -76,7 +79,7 @@ def test_dry_rows_file_current(pin: str, receipt: Any) -> None:
     assert committed["red_arms_sha256"] == arms, f"pin {pin}: d1 rows are stale against red_arms.json: {fix}"
 
 
-def test_dry_fixture_coverage(pin: str, receipt: Any) -> None:
+def test_dry_fixture_coverage(pin: str, receipt: Receipt) -> None:
     """At least 60 records with gold answers, 10 with several questions, every bucket and source present."""
     meta = rows_view(pin).meta
     buckets = Counter(m["bucket"] for m in meta.values())
@@ -95,7 +98,7 @@ def test_dry_fixture_coverage(pin: str, receipt: Any) -> None:
 
 
 @pytest.mark.parametrize("key", QUESTIONS, ids=[_label(k) for k in QUESTIONS])
-def test_dry_ids(views: Any, pin: str, key: tuple[str, str], receipt: Any) -> None:
+def test_dry_ids(views: Any, pin: str, key: tuple[str, str], receipt: Receipt) -> None:
     """The row ids the template and tokenizer give equal the committed ones."""
     got, want = _pair(views, pin, key)
     receipt.update(row_len=len(got["ids"]))
@@ -103,7 +106,7 @@ def test_dry_ids(views: Any, pin: str, key: tuple[str, str], receipt: Any) -> No
 
 
 @pytest.mark.parametrize("key", QUESTIONS, ids=[_label(k) for k in QUESTIONS])
-def test_dry_readout_groups(views: Any, pin: str, key: tuple[str, str], receipt: Any) -> None:
+def test_dry_readout_groups(views: Any, pin: str, key: tuple[str, str], receipt: Receipt) -> None:
     """The read-out groups (variant rule of oracles.families.d1) equal the committed ones."""
     got, want = _pair(views, pin, key)
     receipt.update(keys=got["keys"], readout_ids=got["readout_ids"])
@@ -113,7 +116,7 @@ def test_dry_readout_groups(views: Any, pin: str, key: tuple[str, str], receipt:
 
 
 @pytest.mark.parametrize("rid", TREES)
-def test_dry_tree_split(views: Any, pin: str, rid: str, receipt: Any) -> None:
+def test_dry_tree_split(views: Any, pin: str, rid: str, receipt: Receipt) -> None:
     """The trunk/branch split equals the committed one, and trunk + branch is each question's row."""
     committed, now = views(pin)
     meta, rows = committed.meta, committed.rows
@@ -129,7 +132,7 @@ def test_dry_tree_split(views: Any, pin: str, rid: str, receipt: Any) -> None:
 
 
 @pytest.mark.parametrize("rid", list(BY_ID))
-def test_dry_request(views: Any, pin: str, rid: str, receipt: Any) -> None:
+def test_dry_request(views: Any, pin: str, rid: str, receipt: Receipt) -> None:
     """Per request: sha256, bucket, path and rejected questions equal the committed ones (rejections listed)."""
     committed, now = views(pin)
     got, want = now.meta[rid], committed.meta[rid]
@@ -140,7 +143,7 @@ def test_dry_request(views: Any, pin: str, rid: str, receipt: Any) -> None:
 
 
 @pytest.mark.parametrize("arm_id", ARMS)
-def test_dry_arm_rows(views: Any, pin: str, arm_id: str, receipt: Any) -> None:
+def test_dry_arm_rows(views: Any, pin: str, arm_id: str, receipt: Receipt) -> None:
     """Each control arm's row ids and groups equal the committed ones; the arm differs from its base as declared."""
     committed, now = views(pin)
     got, want = now.arm_rows[arm_id], committed.arm_rows[arm_id]

@@ -14,6 +14,7 @@ import pytest
 from oracles.checks.header import TORCH_TO_CODE, compare_to_model, tile_problems
 from oracles.errors import PinError
 from oracles.pins import load_pin, safetensors_header
+from oracles.receipts import Receipt
 
 pytestmark = [pytest.mark.d1]
 
@@ -33,7 +34,7 @@ def _proof(path: Path) -> tuple[list[str], dict[str, Any], dict[str, Any]]:
 
 
 @pytest.mark.slow
-def test_header_tiles_file(verified_snapshot: Callable[[str], Path], pin: str, receipt: Any) -> None:
+def test_header_tiles_file(verified_snapshot: Callable[[str], Path], pin: str, receipt: Receipt) -> None:
     """The snapshot's header parses; the data regions tile the buffer; 8 + N + last end == file size."""
     path = verified_snapshot(pin) / _weights(pin)
     problems, figures, header = _proof(path)
@@ -44,7 +45,7 @@ def test_header_tiles_file(verified_snapshot: Callable[[str], Path], pin: str, r
 
 
 @pytest.mark.slow
-def test_header_matches_meta_build(verified_snapshot: Callable[[str], Path], pin: str, receipt: Any) -> None:
+def test_header_matches_meta_build(verified_snapshot: Callable[[str], Path], pin: str, receipt: Receipt) -> None:
     """Tensor names, dtypes and shapes equal a meta-device build of the pin's model class; the
     tied lm_head is reported tied (present in the model, absent from the file)."""
     import torch

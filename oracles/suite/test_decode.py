@@ -6,16 +6,17 @@ Runs on the reference and on every port; each decode runs once per session (``ru
 
 from __future__ import annotations
 
-from typing import Any, Callable
-
 import pytest
 
 from oracles.checks.exact import diff
+from oracles.engines.base import Engine
 from oracles.families import execution as ex
 from oracles.families.decode import recompute_steps
 from oracles.families.mtplx import PromptRecord, load_prompts
 from oracles.fingerprint import as_f4, row_fingerprints
+from oracles.fixtures import Runs
 from oracles.pins import untrained_reason
+from oracles.receipts import Receipt
 from oracles.units import attach_unit
 
 pytestmark = [pytest.mark.mtplx, pytest.mark.slow]
@@ -35,7 +36,7 @@ def record(request: pytest.FixtureRequest, pin: str) -> PromptRecord:
     return request.param.bind(pin)
 
 
-def test_decode_to_stop(runs: Callable[..., Any], engine: Any, record: PromptRecord, receipt: Any) -> None:
+def test_decode_to_stop(runs: Runs, engine: Engine, record: PromptRecord, receipt: Receipt) -> None:
     """Greedy decode through the cache reaches a stop token within the cap (the cap is recorded). On
     an untrained pin the figures are recorded and the stop check skips, naming the pin's declaration."""
     run = ex.decode(runs, engine, record)
@@ -53,7 +54,7 @@ def test_decode_to_stop(runs: Callable[..., Any], engine: Any, record: PromptRec
                                          f"max_new_tokens={run.max_new_tokens}; last tokens {run.tokens[-8:]}")
 
 
-def test_decode_argmax_chain(runs: Callable[..., Any], engine: Any, record: PromptRecord) -> None:
+def test_decode_argmax_chain(runs: Runs, engine: Engine, record: PromptRecord) -> None:
     """Each decoded token is the argmax of the cached row it was chosen from (the loop fed what it chose)."""
     run = ex.decode(runs, engine, record)
     chosen = [int(i) for i in run.step_logits.argmax(-1)]
@@ -62,7 +63,7 @@ def test_decode_argmax_chain(runs: Callable[..., Any], engine: Any, record: Prom
     assert first is None, f"{record.id}: step {first}: token {run.tokens[first]} but the row's argmax is {chosen[first]}"
 
 
-def test_decode_matches_recompute(runs: Callable[..., Any], engine: Any, record: PromptRecord, receipt: Any) -> None:
+def test_decode_matches_recompute(runs: Runs, engine: Engine, record: PromptRecord, receipt: Receipt) -> None:
     """Cached logits agree with a cold recompute of the whole prefix at the first, last and every k-th step."""
     run = ex.decode(runs, engine, record)
     steps = recompute_steps(len(run.tokens), run.every)
@@ -84,7 +85,7 @@ def test_decode_matches_recompute(runs: Callable[..., Any], engine: Any, record:
     assert not failures, f"{record.id}: {len(failures)} of {len(steps)} compared steps fail: " + "; ".join(failures)
 
 
-def test_decode_first_step_equals_prefill(runs: Callable[..., Any], engine: Any, record: PromptRecord) -> None:
+def test_decode_first_step_equals_prefill(runs: Runs, engine: Engine, record: PromptRecord) -> None:
     """Step 0's row comes from a cold prefill with the cache on; the recompute is the same forward with
     the cache off: same rows through the same kernels, so the bits must be equal."""
     run = ex.decode(runs, engine, record)
@@ -92,15 +93,16 @@ def test_decode_first_step_equals_prefill(runs: Callable[..., Any], engine: Any,
     assert d.equal, d.describe(f"{record.id}: prefill row with cache vs without", "differ in bits")
 
 
-def test_prompt_longer_than_context(engine: Any, receipt: Any) -> None:
+def test_prompt_longer_than_context(engine: Engine, receipt: Receipt) -> None:
     """A prompt longer than the context is refused before any compute, naming both lengths."""
     too_long = [1] * (engine.max_context + 1)
-    with pytest.raises(ValueError, match=rf"{engine.max_context + 1} new tokens exceed the context of {engine.max_context}") as err:
+    refusal = rf"{engine.max_context + 1} new tokens exceed the context of {engine.max_context}"
+    with pytest.raises(ValueError, match=refusal) as err:
         engine.forward(too_long, engine.make_cache(), keep=1)
     receipt.update(max_context=engine.max_context, message=str(err.value))
 
 
-def test_prompt_longer_than_context_names_record(engine: Any) -> None:
+def test_prompt_longer_than_context_names_record(engine: Engine) -> None:
     """The decode oracle on such a record is refused (its tests skip on such a pin) naming the record and
     the position the context ends at."""
     record = PromptRecord("over-context", ({"role": "user", "content": "x"},), "0" * 64,
@@ -117,7 +119,7 @@ def prompt(request: pytest.FixtureRequest, pin: str) -> PromptRecord:
 
 
 
-def test_prefill_comparable(runs: Callable[..., Any], engine: Any, prompt: PromptRecord, receipt: Any) -> None:
+def test_prefill_comparable(runs: Runs, engine: Engine, prompt: PromptRecord, receipt: Receipt) -> None:
     """The prompt records' prefill (test_forward's run, same key) as a comparable record for
     ``oracles compare``: ids, per-row argmax and fingerprints, the last row's logits in the npz."""
     step = ex.prefill(runs, engine, prompt)

@@ -6,15 +6,18 @@ Runs on the reference and on every port (``engine_id``); each prefill runs once 
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pytest
 
 from oracles.checks.exact import assert_ids_equal, assert_within, diff
+from oracles.engines.base import Engine
 from oracles.families import execution as ex
 from oracles.families.mtplx import PromptRecord, load_prompts
 from oracles.fingerprint import as_f4, fingerprint, row_fingerprints
+from oracles.fixtures import Runs
+from oracles.receipts import Receipt
 
 pytestmark = [pytest.mark.mtplx, pytest.mark.slow]
 
@@ -33,18 +36,18 @@ def record(request: pytest.FixtureRequest, pin: str) -> PromptRecord:
     return request.param.bind(pin)
 
 
-def prefill(runs: Callable[..., Any], engine: Any, record: PromptRecord) -> Any:
+def prefill(runs: Runs, engine: Engine, record: PromptRecord) -> Any:
     return ex.prefill(runs, engine, record)
 
 
-def test_chat_template_ids(engine: Any, record: PromptRecord, receipt: Any) -> None:
+def test_chat_template_ids(engine: Engine, record: PromptRecord, receipt: Receipt) -> None:
     """The engine's chat template gives the committed ids (apply_chat_template with the generation prompt)."""
     ids = engine.chat_ids(record.message_list)
     receipt.update(request_sha256=record.sha256, token_count=len(ids), ids=ids)
     assert_ids_equal(ids, list(record.ids), f"{record.id}: chat-template ids vs the committed mtplx ids of pin {record.pin}")
 
 
-def test_prefill_finite(runs: Callable[..., Any], engine: Any, record: PromptRecord, receipt: Any) -> None:
+def test_prefill_finite(runs: Runs, engine: Engine, record: PromptRecord, receipt: Receipt) -> None:
     """Every prefill logit and final-norm hidden value is finite (first bad position named)."""
     step = prefill(runs, engine, record)
     as_f4(step.logits, f"{record.id}: prefill logits [T, V]")
@@ -54,7 +57,7 @@ def test_prefill_finite(runs: Callable[..., Any], engine: Any, record: PromptRec
     receipt.update(logits_shape=list(step.logits.shape), hidden_shape=list(step.hidden.shape))
 
 
-def test_prefill_fingerprints(runs: Callable[..., Any], engine: Any, record: PromptRecord, receipt: Any) -> None:
+def test_prefill_fingerprints(runs: Runs, engine: Engine, record: PromptRecord, receipt: Receipt) -> None:
     """Per-row sha256 of the prefill logits, their argmax, and whole-array fingerprints, recorded."""
     step = prefill(runs, engine, record)
     rows = row_fingerprints(step.logits, f"{record.id}: prefill logits")
@@ -66,7 +69,7 @@ def test_prefill_fingerprints(runs: Callable[..., Any], engine: Any, record: Pro
                    next_token=argmax[-1], next_token_text=engine.decode([argmax[-1]]))
 
 
-def test_head_rerun(runs: Callable[..., Any], engine: Any, record: PromptRecord, receipt: Any) -> None:
+def test_head_rerun(runs: Runs, engine: Engine, record: PromptRecord, receipt: Receipt) -> None:
     """lm_head on the captured final-norm hidden states reproduces the prefill logits."""
     step = prefill(runs, engine, record)
     again = engine.lm_head(step.hidden)

@@ -6,15 +6,16 @@ same tokens and the same final-logits fingerprint.
 
 from __future__ import annotations
 
-from typing import Any, Callable
-
 import pytest
 
 from oracles.checks.exact import assert_ids_equal
+from oracles.engines.base import Engine
 from oracles.families import execution as ex
 from oracles.families.mtplx import PromptRecord
 from oracles.fingerprint import fingerprint, row_fingerprints
+from oracles.fixtures import Runs
 from oracles.pins import untrained_reason
+from oracles.receipts import Receipt
 from oracles.units import attach_unit
 
 pytestmark = [pytest.mark.mtplx, pytest.mark.slow]
@@ -29,7 +30,7 @@ def record(request: pytest.FixtureRequest, pin: str) -> PromptRecord:
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_generation_to_stop(runs: Callable[..., Any], engine: Any, record: PromptRecord, mode: str, receipt: Any) -> None:
+def test_generation_to_stop(runs: Runs, engine: Engine, record: PromptRecord, mode: str, receipt: Receipt) -> None:
     """The engine's own generation reaches a stop token within the cap; every figure recorded. On an
     untrained pin the figures are recorded and the stop check skips, naming the pin's declaration."""
     gen = ex.generate(runs, engine, record, mode)
@@ -54,7 +55,7 @@ def test_generation_to_stop(runs: Callable[..., Any], engine: Any, record: Promp
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_generation_step_logits(runs: Callable[..., Any], engine: Any, record: PromptRecord, mode: str) -> None:
+def test_generation_step_logits(runs: Runs, engine: Engine, record: PromptRecord, mode: str) -> None:
     """One finite raw-logits row per generated token; under greedy each token is its row's argmax."""
     gen = ex.generate(runs, engine, record, mode)
     assert gen.step_logits.shape == (len(gen.tokens), engine.vocab_size), (
@@ -66,7 +67,7 @@ def test_generation_step_logits(runs: Callable[..., Any], engine: Any, record: P
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_generation_deterministic(runs: Callable[..., Any], engine: Any, record: PromptRecord, mode: str, receipt: Any) -> None:
+def test_generation_deterministic(runs: Runs, engine: Engine, record: PromptRecord, mode: str, receipt: Receipt) -> None:
     """The same call twice: identical tokens and an identical final-logits fingerprint."""
     first, second = ex.generate(runs, engine, record, mode, 1), ex.generate(runs, engine, record, mode, 2)
     assert_ids_equal(second.tokens, first.tokens, f"{record.id} {mode}: second call vs first")
@@ -75,7 +76,7 @@ def test_generation_deterministic(runs: Callable[..., Any], engine: Any, record:
     assert a == b, f"{record.id} {mode}: final logits fingerprint {a['sha256']} then {b['sha256']}"
 
 
-def test_greedy_generation_equals_decode(runs: Callable[..., Any], engine: Any, record: PromptRecord) -> None:
+def test_greedy_generation_equals_decode(runs: Runs, engine: Engine, record: PromptRecord) -> None:
     """The library's greedy generation and the cache-continuation decode loop give the same tokens."""
     gen, dec = ex.generate(runs, engine, record, "greedy"), ex.decode(runs, engine, record)
     assert_ids_equal(gen.tokens, dec.tokens, f"{record.id}: library greedy generation vs decode loop")

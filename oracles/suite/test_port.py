@@ -10,17 +10,19 @@ shares the mtplx_chat worker's chat runs instead of re-running them here.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pytest
 
 from oracles.checks.exact import assert_ids_equal
 from oracles.checks.port import assert_within_thresholds, first_divergence, held_figures
-from oracles.engines.base import Step
+from oracles.engines.base import Engine, Step
 from oracles.families import execution as ex
 from oracles.families.localise import localise
 from oracles.families.mtplx import PromptRecord, load_prompts
+from oracles.fixtures import Engines, Runs
+from oracles.receipts import Receipt
 
 pytestmark = [pytest.mark.port, pytest.mark.slow]
 
@@ -33,7 +35,7 @@ def record(request: pytest.FixtureRequest, pin: str) -> PromptRecord:
     return request.param.bind(pin)
 
 
-def _held(what: str, ref_logits: Any, port_logits: Any, receipt: Any,
+def _held(what: str, ref_logits: Any, port_logits: Any, receipt: Receipt,
           localise_on: tuple[Any, Any, PromptRecord] | None = None) -> dict[str, Any]:
     """Hold the logits to the fp32 thresholds. When they fail and ``localise_on`` gives (reference,
     port, record), the receipt gains a ``bisect`` section: the first stage (layer, attention or MLP
@@ -53,7 +55,7 @@ def _held(what: str, ref_logits: Any, port_logits: Any, receipt: Any,
 
 
 @pytest.mark.parametrize("record", PROMPTS, ids=[p.id for p in PROMPTS], indirect=True)
-def test_prefill_vs_reference(runs: Callable[..., Any], reference: Any, port: Any, record: PromptRecord, receipt: Any) -> None:
+def test_prefill_vs_reference(runs: Runs, reference: Engine, port: Engine, record: PromptRecord, receipt: Receipt) -> None:
     """Prompt records (test_forward's prefills): ids, then every row's logits within the fp32 thresholds."""
     ids = port.chat_ids(record.message_list)
     assert_ids_equal(ids, reference.chat_ids(record.message_list), f"{record.id}: port vs reference chat-template ids")
@@ -64,7 +66,7 @@ def test_prefill_vs_reference(runs: Callable[..., Any], reference: Any, port: An
 
 
 @pytest.mark.parametrize("record", ex.GENERATION, ids=[r.id for r in ex.GENERATION], indirect=True)
-def test_decode_vs_reference(runs: Callable[..., Any], reference: Any, port: Any, record: PromptRecord, receipt: Any) -> None:
+def test_decode_vs_reference(runs: Runs, reference: Engine, port: Engine, record: PromptRecord, receipt: Receipt) -> None:
     """Greedy cache-continuation decode: same tokens; the cached step logits within the thresholds."""
     ref, got = ex.decode(runs, reference, record), ex.decode(runs, port, record)
     first = first_divergence(ref.tokens, got.tokens)
@@ -76,8 +78,8 @@ def test_decode_vs_reference(runs: Callable[..., Any], reference: Any, port: Any
 
 
 @pytest.mark.parametrize("record", ex.GENERATION, ids=[r.id for r in ex.GENERATION], indirect=True)
-def test_greedy_generation_vs_reference(runs: Callable[..., Any], reference: Any, port: Any, record: PromptRecord,
-                                        receipt: Any) -> None:
+def test_greedy_generation_vs_reference(runs: Runs, reference: Engine, port: Engine, record: PromptRecord,
+                                        receipt: Receipt) -> None:
     """Each library's greedy generation: same tokens (first divergent token recorded), same finish."""
     ref, got = ex.generate(runs, reference, record, "greedy"), ex.generate(runs, port, record, "greedy")
     first = first_divergence(ref.tokens, got.tokens)
@@ -85,12 +87,13 @@ def test_greedy_generation_vs_reference(runs: Callable[..., Any], reference: Any
                    finish=[ref.finish_reason, got.finish_reason])
     n = min(len(ref.tokens), len(got.tokens))
     _held(f"{record.id}: greedy generation step logits", ref.step_logits[:n], got.step_logits[:n], receipt)
-    assert first is None, f"{record.id}: first divergent token at {first}: {ref.tokens[first:first + 3]} vs {got.tokens[first:first + 3]}"
+    assert first is None, \
+        f"{record.id}: first divergent token at {first}: {ref.tokens[first:first + 3]} vs {got.tokens[first:first + 3]}"
 
 
 @pytest.mark.parametrize("record", ex.GENERATION, ids=[r.id for r in ex.GENERATION], indirect=True)
-def test_sampled_generation_recorded(runs: Callable[..., Any], reference: Any, port: Any, record: PromptRecord,
-                                     receipt: Any) -> None:
+def test_sampled_generation_recorded(runs: Runs, reference: Engine, port: Engine, record: PromptRecord,
+                                     receipt: Receipt) -> None:
     """Sampled (0.6 / 0.95 / 20 / seed 0): the two libraries draw from different RNGs, so the tokens
     may differ after the first draw; recorded. The first step's raw logits come from the same prompt
     and must meet the thresholds."""
@@ -102,8 +105,8 @@ def test_sampled_generation_recorded(runs: Callable[..., Any], reference: Any, p
 
 
 @pytest.mark.parametrize("record", ex.GENERATION, ids=[r.id for r in ex.GENERATION], indirect=True)
-def test_speculative_vs_reference(runs: Callable[..., Any], engines: Callable[..., Any], reference: Any, port: Any,
-                                  record: PromptRecord, receipt: Any) -> None:
+def test_speculative_vs_reference(runs: Runs, engines: Engines, reference: Engine, port: Engine,
+                                  record: PromptRecord, receipt: Receipt) -> None:
     """Draft/verify/commit with the twin draft: the port commits the reference's tokens."""
     ref, got = (ex.speculative(runs, engines, e, record, "twin") for e in (reference, port))
     receipt.update(request_sha256=record.sha256, kind="speculative-twin",
@@ -126,7 +129,7 @@ class NanPort:
         return Step(logits=logits, hidden=np.zeros((len(ids), 4), "<f4"))
 
 
-def test_nan_port_names_record_and_position(runs: Callable[..., Any], reference: Any, receipt: Any) -> None:
+def test_nan_port_names_record_and_position(runs: Runs, reference: Engine, receipt: Receipt) -> None:
     """A port whose logits hold NaN fails with the record and the position (row) named."""
     record = PROMPTS[0].bind(reference.pin)
     ref = ex.prefill(runs, reference, record)
@@ -138,11 +141,11 @@ def test_nan_port_names_record_and_position(runs: Callable[..., Any], reference:
     assert f"{record.id}:" in message and "position 5" in message and "non-finite" in message, message
 
 
-def test_failed_record_is_localised(runs: Callable[..., Any], reference: Any, receipt: Any) -> None:
+def test_failed_record_is_localised(runs: Runs, reference: Engine, receipt: Receipt) -> None:
     """Positive control of the port family's bisect section: a port with the MLP's gate and up
     projections swapped (oracles.faults) fails the prefill thresholds, and the receipt names the
     stage the fault was injected in, where the engine can be localised."""
-    from oracles.faults import FAULTS, fault_port
+    from oracles.faults import fault_port
 
     record = PROMPTS[0].bind(reference.pin)
     port = fault_port("gate_up_swapped", reference)
@@ -151,7 +154,7 @@ def test_failed_record_is_localised(runs: Callable[..., Any], reference: Any, re
         _held(f"{record.id}: prefill logits, port {port.id} vs {reference.id}", ref.logits, got.logits, receipt,
               localise_on=(reference, port, record))
     report = receipt["bisect"]
-    want = FAULTS["gate_up_swapped"]().stage(reference)
+    want = port.stage()
     receipt.update(injected_at=want)
     assert report["cannot_localise"] is None, report["cannot_localise"]
     assert report["divergent"] == want, f"bisect named {report['divergent']!r}, the fault sits in {want!r}"

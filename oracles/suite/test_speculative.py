@@ -6,13 +6,14 @@ Greedy speculative output must equal greedy autoregressive output token for toke
 
 from __future__ import annotations
 
-from typing import Any, Callable
-
 import pytest
 
 from oracles.checks.exact import assert_ids_equal
+from oracles.engines.base import Engine
 from oracles.families import execution as ex
 from oracles.families.mtplx import PromptRecord
+from oracles.fixtures import Engines, Runs
+from oracles.receipts import Receipt
 
 pytestmark = [pytest.mark.mtplx, pytest.mark.slow]
 
@@ -26,8 +27,8 @@ def record(request: pytest.FixtureRequest, pin: str) -> PromptRecord:
 
 
 @pytest.mark.parametrize("draft", DRAFTS)
-def test_cycles_equal_greedy(runs: Callable[..., Any], engines: Callable[..., Any], engine: Any, record: PromptRecord,
-                             draft: str, receipt: Any) -> None:
+def test_cycles_equal_greedy(runs: Runs, engines: Engines, engine: Engine, record: PromptRecord,
+                             draft: str, receipt: Receipt) -> None:
     """Draft/verify/commit cycles commit exactly the greedy AR tokens; every cycle recorded."""
     spec = ex.speculative(runs, engines, engine, record, draft)
     ar = ex.decode(runs, engine, record)
@@ -39,7 +40,7 @@ def test_cycles_equal_greedy(runs: Callable[..., Any], engines: Callable[..., An
 
 
 @pytest.mark.parametrize("draft", DRAFTS)
-def test_cycle_bookkeeping(runs: Callable[..., Any], engines: Callable[..., Any], engine: Any, record: PromptRecord,
+def test_cycle_bookkeeping(runs: Runs, engines: Engines, engine: Engine, record: PromptRecord,
                            draft: str) -> None:
     """Each cycle commits its accepted drafts then exactly one target token (correction xor bonus)."""
     spec = ex.speculative(runs, engines, engine, record, draft)
@@ -55,8 +56,8 @@ def test_cycle_bookkeeping(runs: Callable[..., Any], engines: Callable[..., Any]
     assert committed[: len(spec.tokens)] == spec.tokens, f"{record.id}: cycle commits do not spell the output"
 
 
-def test_self_draft_accepts(runs: Callable[..., Any], engines: Callable[..., Any], engine: Any, record: PromptRecord,
-                            receipt: Any) -> None:
+def test_self_draft_accepts(runs: Runs, engines: Engines, engine: Engine, record: PromptRecord,
+                            receipt: Receipt) -> None:
     """The engine drafting for itself: a rejection needs a near tie flipped between a 1-row and a
     (d+1)-row forward, so at least 90% of drafts are accepted (a broken rollback rejects most)."""
     spec = ex.speculative(runs, engines, engine, record, "self")
@@ -66,8 +67,8 @@ def test_self_draft_accepts(runs: Callable[..., Any], engines: Callable[..., Any
 
 
 @pytest.mark.parametrize("draft", ["twin"])
-def test_library_speculative_equals_greedy(runs: Callable[..., Any], engines: Callable[..., Any], engine: Any,
-                                           record: PromptRecord, draft: str, receipt: Any,
+def test_library_speculative_equals_greedy(runs: Runs, engines: Engines, engine: Engine,
+                                           record: PromptRecord, draft: str, receipt: Receipt,
                                            request: pytest.FixtureRequest) -> None:
     """The library's own speculative/assisted generation equals its greedy generation token for token
     (twin draft only: the self draft is exercised by the written-out cycles; budget). Where the library
@@ -82,8 +83,8 @@ def test_library_speculative_equals_greedy(runs: Callable[..., Any], engines: Ca
     assert_ids_equal(spec.tokens, ar.tokens, f"{record.id}: {engine.id} library speculative ({draft}) vs greedy")
 
 
-def test_library_speculative_past_kv_window(runs: Callable[..., Any], engines: Callable[..., Any], engine: Any,
-                                            receipt: Any, request: pytest.FixtureRequest) -> None:
+def test_library_speculative_past_kv_window(runs: Runs, engines: Engines, engine: Engine,
+                                            receipt: Receipt, request: pytest.FixtureRequest) -> None:
     """Past the engine's cache-size limit: mlx-lm with ``max_kv_size`` = KV_WINDOW (RotatingKVCache,
     keep=4): "arith" has 45 prompt ids and an 18-token answer, so the total (63) passes the 48-entry
     window after the 3rd token. Speculative (twin draft) must equal AR generation under the same window.

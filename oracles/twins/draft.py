@@ -13,12 +13,13 @@ torch and transformers are imported inside :func:`build`, never at module import
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from oracles.twins import copy_tokenizer, save_snapshot
 
 #: The tiny size. vocab, special ids and RoPE base follow SmolLM2-135M-Instruct's config so the
 #: twin reads the same token ids; everything else is as small as a Llama allows.
-CONFIG = {
+CONFIG: dict[str, Any] = {
     "vocab_size": 49152, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
     "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 8192,
     "rms_norm_eps": 1e-5, "tie_word_embeddings": True, "bos_token_id": 1, "eos_token_id": 2,
@@ -42,7 +43,7 @@ def build(seed: int, out: Path, tokenizer_root: Path) -> str:
 
     config = LlamaConfig(**CONFIG)
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(config).to(torch.float32).eval()
+    model = LlamaForCausalLM(config).float().eval()
     name = save_snapshot(model, out, {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 2}, tied=True)
     copy_tokenizer(tokenizer_root, out, TOKENIZER_FILES)
     return name

@@ -35,6 +35,7 @@ torch and transformers are imported inside :func:`build`, never at module import
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from oracles.twins import copy_tokenizer, save_snapshot
 
@@ -49,7 +50,7 @@ INITIALIZER_RANGE = 0.1
 #: frequencies), M-RoPE sections summing to those 4 frequencies (text positions put the same
 #: position on all three planes, so they act as plain RoPE); linear attention with twice as many
 #: value heads as key heads, as Qwen3.5's 16/32.
-CONFIG = {
+CONFIG: dict[str, Any] = {
     "vocab_size": 49152, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": len(LAYER_TYPES),
     "layer_types": LAYER_TYPES, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
     "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 16, "linear_value_head_dim": 16,
@@ -77,7 +78,7 @@ def build(seed: int, out: Path, tokenizer_root: Path) -> str:
 
     config = Qwen3_5TextConfig(**CONFIG)
     torch.manual_seed(seed)
-    model = Qwen3_5ForCausalLM(config).to(torch.float32).eval()
+    model = Qwen3_5ForCausalLM(config).float().eval()
     name = save_snapshot(model, out, {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 2}, tied=True)
     copy_tokenizer(tokenizer_root, out, TOKENIZER_FILES)
     return name

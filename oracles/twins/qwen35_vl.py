@@ -164,7 +164,7 @@ def build(seed: int, out: Path, tokenizer_root: Path | None = None) -> str:
                            image_token_id=IMAGE_ID, video_token_id=VIDEO_ID, vision_start_token_id=VISION_START_ID,
                            vision_end_token_id=VISION_END_ID)
     torch.manual_seed(seed)
-    model = Qwen3_5ForConditionalGeneration(config).to(torch.float32).eval()
+    model = Qwen3_5ForConditionalGeneration(config).float().eval()
     _jitter_norms(model, seed)
     name = save_snapshot(model, out, {"eos_token_id": EOS_ID, "pad_token_id": PAD_ID}, tied=False,
                          config_extra={"eos_token_id": EOS_ID})

@@ -12,13 +12,13 @@ Each row attaches its cells to the receipt; ``oracles faults RECEIPT`` prints th
 
 from __future__ import annotations
 
-from typing import Any, Callable
-
 import pytest
 
 from oracles.faults import CONTROL, FAULTS
 from oracles.faults.detect import bisect_row, detect
 from oracles.faults.matrix import caught_by
+from oracles.fixtures import Engines, Runs
+from oracles.receipts import Receipt
 from oracles.state import settings_of
 
 pytestmark = [pytest.mark.faults, pytest.mark.port, pytest.mark.slow]
@@ -28,8 +28,8 @@ NAMES = (CONTROL, *FAULTS)
 
 
 @pytest.mark.parametrize("fault", NAMES)
-def test_detection(runs: Callable[..., Any], engines: Callable[..., Any], pytestconfig: pytest.Config, pin: str,
-                   fault: str, receipt: Any) -> None:
+def test_detection(runs: Runs, engines: Engines, pytestconfig: pytest.Config, pin: str,
+                   fault: str, receipt: Receipt) -> None:
     """The port through every family on its path, every check: a fault is caught by at least one
     check (the first message names record and position), the faithful control by none."""
     row = detect(runs, engines, settings_of(pytestconfig).reference, pin, fault)
@@ -46,8 +46,8 @@ def test_detection(runs: Callable[..., Any], engines: Callable[..., Any], pytest
 
 
 @pytest.mark.parametrize("fault", NAMES)
-def test_bisect_names_injected_stage(runs: Callable[..., Any], engines: Callable[..., Any],
-                                     pytestconfig: pytest.Config, pin: str, fault: str, receipt: Any) -> None:
+def test_bisect_names_injected_stage(runs: Runs, engines: Engines,
+                                     pytestconfig: pytest.Config, pin: str, fault: str, receipt: Receipt) -> None:
     """``oracles bisect`` on "ping" names the stage the fault was injected in (first over budget with
     its input within), attention vs MLP inside a layer; none for the faithful control and for a
     fault a cold prefill does not run through (positions after a prefill, a trim, a cohort's mask)."""

@@ -9,25 +9,28 @@ budgets of oracles/checks/bisect.py were calibrated on) go to the receipt.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pytest
 
 from oracles.checks.bisect import FLOOR_AT_0, FLOOR_PER_LAYER
 from oracles.checks.exact import assert_bits_equal
+from oracles.engines.base import Engine
 from oracles.families.localise import localise
 from oracles.faults.panel import PING
+from oracles.fixtures import Runs
+from oracles.receipts import Receipt
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
 
-def taps(runs: Callable[..., Any], engine: Any) -> Any:
+def taps(runs: Runs, engine: Engine) -> Any:
     """The engine's taps of "ping", once per session (MLX: ~5 s here)."""
     return runs(("taps", engine.id, engine.pin, PING.id), lambda: engine.taps(list(PING.bind(engine.pin).ids)))
 
 
-def test_taps_add_up(runs: Callable[..., Any], engine: Any, receipt: Any) -> None:
+def test_taps_add_up(runs: Runs, engine: Engine, receipt: Receipt) -> None:
     """stream[l + 1] == (stream[l] + attn[l]) + mlp[l] in float32, bit for bit, for every layer: the
     taps are the two residual terms of each layer (not some other tensor of the same shape)."""
     t = taps(runs, engine)
@@ -40,7 +43,7 @@ def test_taps_add_up(runs: Callable[..., Any], engine: Any, receipt: Any) -> Non
     assert np.abs(t.attn).max() > 0 and np.abs(t.mlp).max() > 0, f"{engine.id}: a tap recorded only zeros"
 
 
-def test_stream_row_L_through_final_norm(runs: Callable[..., Any], engine: Any, receipt: Any) -> None:
+def test_stream_row_L_through_final_norm(runs: Runs, engine: Engine, receipt: Receipt) -> None:
     """Row L of the stream (after the last layer), through the engine's own final norm, is the hidden
     state the head read, bit for bit."""
     t = taps(runs, engine)
@@ -50,7 +53,7 @@ def test_stream_row_L_through_final_norm(runs: Callable[..., Any], engine: Any, 
 
 
 @pytest.mark.port
-def test_bisect_faithful_port(runs: Callable[..., Any], reference: Any, port: Any, receipt: Any) -> None:
+def test_bisect_faithful_port(runs: Runs, reference: Engine, port: Engine, receipt: Receipt) -> None:
     """A faithful port (mlx-lm against transformers) has no stage over its budget on "ping"; every
     stage's NMSE and its ratio to the calibrated noise floor are recorded."""
     report = localise(_Cached(reference, taps(runs, reference)), _Cached(port, taps(runs, port)),
@@ -66,7 +69,7 @@ class _Cached:
     """An engine whose ``taps`` returns an earlier capture (the session's), so bisect reads the very
     arrays the taps tests checked; everything else is the engine's."""
 
-    def __init__(self, engine: Any, captured: Any) -> None:
+    def __init__(self, engine: Engine, captured: Any) -> None:
         self._engine, self._captured = engine, captured
 
     def taps(self, _ids: Any) -> Any:

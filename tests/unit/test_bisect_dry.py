@@ -148,6 +148,8 @@ def test_localise_names_the_engine_it_cannot_localise() -> None:
 @pytest.mark.parametrize("argv, message", [
     (["bisect", "--port", "fault:nope"], "unknown fault 'nope'; known: faithful, rope_base_default"),
     (["bisect", "--port", "mlx", "--record", "readmex"], "unknown record 'readmex'; known: arith, ping, readme"),
+    (["bisect", "--reference", "fault:gate_up_swapped", "--port", "torch"],
+     "--reference fault:gate_up_swapped: a fault port is a port (--port); the reference is an engine id"),
 ])
 def test_cli_refuses_bad_input_before_loading(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     from oracles.cli import main

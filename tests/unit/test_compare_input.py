@@ -42,7 +42,8 @@ def _unit_list(doc: dict[str, Any]) -> None:
 
 
 MALFORMED = {
-    "no-array": (_set("arrays", {}), "field 'units[0].arrays.slot_logits' is missing: a d1-row unit carries its slot_logits [1, V]"),
+    "no-array": (_set("arrays", {}),
+                 "field 'units[0].arrays.slot_logits' is missing: a d1-row unit carries its slot_logits [1, V]"),
     "probs": (_set("probs", ["0.5", 0.5]), "field 'units[0].probs' is missing or not 2 finite numbers"),
     "argmax-key": (_set("argmax_key", "maybe"), "field 'units[0].argmax_key' is 'maybe', not"),
     "no-unit": (_set("unit", None), "field 'units[0].unit' is None, not a non-empty string (the question id)"),
@@ -176,7 +177,8 @@ def test_compare_taken_out_refused_before_computing(tmp_path: Path, capsys: pyte
     assert _compare(ref, port, out) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and out.read_text() == "keep"
-    assert captured.err == f"oracles compare: error: {out}: already exists; a comparison is never overwritten (choose another --out)\n"
+    assert captured.err == (f"oracles compare: error: {out}: already exists; "
+                            "a comparison is never overwritten (choose another --out)\n")
 
 
 def test_compare_renamed_pair_uses_the_namesake_npz(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

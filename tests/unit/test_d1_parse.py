@@ -136,7 +136,8 @@ def test_gap_argmax_dp_and_bit_assert() -> None:
     assert readout.top2_gap([0.2, 0.5, 0.3]) == pytest.approx(0.2) and readout.argmax([0.2, 0.5, 0.3]) == 1
     assert readout.max_abs_dp([0.2, 0.8], [0.25, 0.75]) == pytest.approx(0.05)
     readout.assert_probs_equal([0.25, 0.75], [0.25, 0.75], "same")
-    with pytest.raises(AssertionError, match="1 of 2 probabilities differ in bits .*first at group 1: 0.75 vs 0.7500000000000001"):
+    refusal = "1 of 2 probabilities differ in bits .*first at group 1: 0.75 vs 0.7500000000000001"
+    with pytest.raises(AssertionError, match=refusal):
         readout.assert_probs_equal([0.25, 0.75], [0.25, 0.7500000000000001], "x")
 
 

@@ -8,14 +8,15 @@ every forward is a few dozen tokens.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pytest
 
-from oracles.engines.base import digest_buffers
+from oracles.engines.base import Engine, digest_buffers
 from oracles.families.execution import GENERATION
 from oracles.families.mtplx import PromptRecord
+from oracles.fixtures import Engines
 from oracles.twins import hybrid
 
 #: One xdist worker for the module: each engine loads the twin once (a second worker would load torch again).
@@ -34,13 +35,13 @@ def record() -> PromptRecord:
 
 
 @pytest.fixture(params=["torch", "mlx"])
-def twin(engines: Callable[..., Any], request: pytest.FixtureRequest) -> Any:
+def twin(engines: Engines, request: pytest.FixtureRequest) -> Any:
     """The twin on each built-in adapter (this module knows their snapshot formats: _bump_recurrent);
     an adapter that cannot run here is skipped by ``engines``, naming why."""
     return engines(request.param, PIN)
 
 
-def _snapshot_after(engine: Any, ids: list[int]) -> tuple[Any, Any]:
+def _snapshot_after(engine: Engine, ids: list[int]) -> tuple[Any, Any]:
     cache = engine.make_cache()
     engine.forward(ids, cache, keep=1)
     return cache, engine.snapshot(cache)

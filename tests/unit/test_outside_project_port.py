@@ -77,7 +77,8 @@ def oracles_env(plugged: Path) -> dict[str, str]:
 
 def sh(*cmd: str | Path, cwd: Path, env: dict[str, str], ok: tuple[int, ...] = (0,)) -> str:
     done = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True, timeout=800)
-    assert done.returncode in ok, f"{' '.join(map(str, cmd))}: exit {done.returncode}\n{done.stdout[-4000:]}\n{done.stderr[-3000:]}"
+    assert done.returncode in ok, \
+        f"{' '.join(map(str, cmd))}: exit {done.returncode}\n{done.stdout[-4000:]}\n{done.stderr[-3000:]}"
     return done.stdout
 
 

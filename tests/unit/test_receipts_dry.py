@@ -6,21 +6,14 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from oracles.errors import FixtureError, ReceiptError
-from oracles.receipts import (
-    Receipt,
-    TestRecord,
-    all_ok,
-    check_json_safe,
-    checks_table,
-    load_records,
-    split_nodeid,
-    write_exclusive,
-)
+from oracles.receipt_files import write_exclusive
+from oracles.receipts import Receipt, TestRecord, all_ok, check_json_safe, checks_table, load_records, split_nodeid
 
 pytestmark = pytest.mark.dry
 
@@ -108,7 +101,7 @@ def test_check_json_safe_accepts_json() -> None:
 
 
 def test_receipt_object_validates_on_attach() -> None:
-    data: dict[str, object] = {}
+    data: dict[str, Any] = {}
     r = Receipt(data, None, "t.py::test_a")
     r["ids"] = [1, 2]
     r.update({"n": 1}, m=2.5)
@@ -117,15 +110,15 @@ def test_receipt_object_validates_on_attach() -> None:
     with pytest.raises(TypeError, match="receipt data 'worse'"):
         r.update(ok=1, worse=np.float64(2.0))
     with pytest.raises(TypeError, match="receipt data key 3 is a int, not a str"):
-        r[3] = 1  # type: ignore[index]
+        r[3] = 1  # type: ignore[index]  # a key that is no str, on purpose: the refusal under test
     assert data == {"ids": [1, 2], "n": 1, "m": 2.5, "ok": 1}
 
 
 def test_receipt_array_stages_npy(tmp_path: Path) -> None:
-    data: dict[str, object] = {}
+    data: dict[str, Any] = {}
     a = np.arange(6, dtype=np.float32).reshape(2, 3)
     Receipt(data, tmp_path / "stage", "t.py::test_a[p]").array("hidden", a)
-    meta = data["arrays"]["hidden"]  # type: ignore[index]
+    meta = data["arrays"]["hidden"]
     assert meta["shape"] == [2, 3] and meta["dtype"] == "<f4"
     assert np.load(tmp_path / "stage" / f"{meta['npz_key']}.npy").tobytes() == a.tobytes()
 
@@ -200,7 +193,7 @@ def test_load_receipt_errors_name_path(tmp_path: Path) -> None:
 
 
 def test_dump_json_round_trips_and_refuses_nan() -> None:
-    from oracles.receipts import dump_json
+    from oracles.receipt_files import dump_json
 
     receipt = {"run_id": "ab", "tests": [{"nodeid": "t.py::a[x::y]", "data": {"ids": [1, 2], "s": "é\n\"q\""}},
                                          {"nodeid": "t.py::b", "data": {}}],

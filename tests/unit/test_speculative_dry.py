@@ -89,7 +89,8 @@ def ar(prompt: list[int], cap: int = 64) -> list[int]:
     return out
 
 
-@pytest.mark.parametrize("wrong_at", [set(), {6, 7, 11}, set(range(4, 30))], ids=["all-accepted", "some-rejected", "all-rejected"])
+@pytest.mark.parametrize("wrong_at", [set(), {6, 7, 11}, set(range(4, 30))],
+                         ids=["all-accepted", "some-rejected", "all-rejected"])
 @pytest.mark.parametrize("num_draft", [1, 3])
 def test_speculate_equals_ar(wrong_at: set[int], num_draft: int) -> None:
     run = speculate(Fake(), Fake(wrong_at), PROMPT, num_draft, 64)

@@ -43,14 +43,16 @@ def _receipt() -> dict[str, Any]:
              _readout("c", "x", 512, [0.2, 0.7, 0.1], "n", ["m", "n", "o"], typ="choice", path="tree"),
              _readout("c", "y", 512, [0.6, 0.4], "false", ["true", "false"], path="tree"),
              {"nodeid": "t::test_tree_vs_row[c/x-torch]", "check": "test_tree_vs_row", "record_id": "c/x-torch",
-              "outcome": "passed", "data": {"engine": "torch", "pin": PIN, "record": "c", "qid": "x", "max_abs_dp": 3e-6, "gold_match_tree": True}},
+              "outcome": "passed",
+              "data": {"engine": "torch", "pin": PIN, "record": "c", "qid": "x", "max_abs_dp": 3e-6, "gold_match_tree": True}},
              {"nodeid": "t::test_tree_vs_row[c/y-torch]", "check": "test_tree_vs_row", "record_id": "c/y-torch",
-              "outcome": "passed", "data": {"engine": "torch", "pin": PIN, "record": "c", "qid": "y", "max_abs_dp": 5e-6, "gold_match_tree": False}},
+              "outcome": "passed",
+              "data": {"engine": "torch", "pin": PIN, "record": "c", "qid": "y", "max_abs_dp": 5e-6, "gold_match_tree": False}},
              {"nodeid": "t::test_tree_split[c-torch]", "check": "test_tree_split", "record_id": "c-torch", "outcome": "passed",
               "data": {"engine": "torch", "pin": PIN, "tree_seconds": 1.0, "rows_seconds": 2.0}},
              {"nodeid": "t::test_red_arm[arm1-torch]", "check": "test_red_arm", "record_id": "arm1-torch", "outcome": "passed",
-              "data": {"engine": "torch", "pin": PIN, "kind": "word_flip", "base": "a/q", "max_abs_dp": 0.3, "threshold": 0.02, "argmax_base": "true",
-                       "argmax_arm": "false"}},
+              "data": {"engine": "torch", "pin": PIN, "kind": "word_flip", "base": "a/q", "max_abs_dp": 0.3, "threshold": 0.02,
+                       "argmax_base": "true", "argmax_arm": "false"}},
              {"nodeid": "t::test_dry_request[d]", "check": "test_dry_request", "record_id": "d", "outcome": "passed",
               "data": {"rejected": [{"qid": "z", "field": "questions.z.type", "reason": "unknown type"}]}}]
     return {"schema_version": SCHEMA_VERSION, "run_id": "r", "tests": tests, "checks": {}}
@@ -154,7 +156,8 @@ def _rejected_not_object(doc: dict[str, Any]) -> None:
 @pytest.mark.dry
 @pytest.mark.parametrize(("spoil", "message"), [
     (_string_test, ": field 'tests[0]' is a JSON str, not a test record (an object)"),
-    (_gap_text, ": record tests/oracles/test_d1.py::test_readout[b/q-torch]: field 'data.top2_gap' is missing or not int or float"),
+    (_gap_text,
+     ": record tests/oracles/test_d1.py::test_readout[b/q-torch]: field 'data.top2_gap' is missing or not int or float"),
     (_unit_pin, ": record tests/oracles/test_d1.py::test_readout[b/q-torch]: field 'units[0].pin' is 5, not a non-empty string"),
     (_arm_no_pin, ": record t::test_red_arm[arm1-torch]: field 'data.pin' is missing or not str"),
     (_arm_no_threshold, ": record t::test_red_arm[arm1-torch]: field 'data.threshold' is missing or not int or float"),

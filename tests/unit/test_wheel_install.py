@@ -28,7 +28,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 def sh(*cmd: str | Path, cwd: Path | None = None, env: dict[str, str] | None = None) -> str:
     done = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, f"{' '.join(map(str, cmd))} exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    assert done.returncode == 0, \
+        f"{' '.join(map(str, cmd))} exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return done.stdout
 
 

@@ -8,7 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from oracles.receipts import SCHEMA_VERSION, Receipt, pack_arrays
+from oracles.receipt_files import pack_arrays
+from oracles.receipts import SCHEMA_VERSION, Receipt
 from oracles.units import attach_unit
 
 V = 64

@@ -1,0 +1,99 @@
+"""The one reader of comparable units: every unit of a receipt (:func:`units_of`), checked against its
+kind's declaration (:mod:`oracles.units`), and a unit's logits from the npz sidecar (:func:`unit_array`).
+Numpy only.
+"""
+
+from __future__ import annotations
+
+import zipfile
+import zlib
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from oracles.errors import ReceiptError
+from oracles.receipts import SCHEMA_VERSION
+from oracles.units import DATA_KEY, BadField, Unit, parse_unit
+
+
+def check_schema(receipt: Any, path: Path) -> None:
+    """Refuse, in one line, what is not a receipt of this schema (units are read from this schema only).
+
+    Raises:
+        ReceiptError: not a JSON object with a ``tests`` list, or ``schema_version`` is not
+            :data:`oracles.receipts.SCHEMA_VERSION` (a receipt of schema 1 holds its units as loose
+            fields of a test's data, which no reader guesses at).
+    """
+    if not isinstance(receipt, dict):
+        raise ReceiptError(f"{path}: not a receipt (a JSON object with a 'tests' list)")
+    if not isinstance(receipt.get("tests"), list):
+        raise ReceiptError(f"{path}: field 'tests' is missing or not a list; not a receipt")
+    version = receipt.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise ReceiptError(f"{path}: field 'schema_version' is {version!r}, not {SCHEMA_VERSION}: its comparable units "
+                           f"are not declared records (data.units); re-run its tests with this plugin to read them")
+
+
+def units_of(receipt: Any, path: Path) -> list[Unit]:
+    """Every unit of a receipt, in receipt order, each with ``test`` set to its record's nodeid.
+
+    Raises:
+        ReceiptError: :func:`check_schema`'s refusals; an item of ``tests`` that is not an object; a
+            ``data.units`` that is not a list; a unit field missing or malformed (file, record nodeid
+            and field named, e.g. ``units[0].request_sha256``).
+    """
+    check_schema(receipt, path)
+    out: list[Unit] = []
+    for i, t in enumerate(receipt["tests"]):
+        if not isinstance(t, dict):
+            raise ReceiptError(f"{path}: field 'tests[{i}]' is a JSON {type(t).__name__}, not a test record (an object)")
+        data = t.get("data")
+        stored = data.get(DATA_KEY) if isinstance(data, dict) else None
+        if stored is None:
+            continue
+        test = str(t.get("nodeid") or f"tests[{i}]")
+        if not isinstance(stored, list):
+            raise ReceiptError(f"{path}: record {test}: field {DATA_KEY!r} is a JSON {type(stored).__name__}, not a list")
+        for n, obj in enumerate(stored):
+            try:
+                u = parse_unit(obj)
+            except BadField as bad:
+                name = f"{DATA_KEY}[{n}]" + (f".{bad.field}" if bad.field else "")
+                raise ReceiptError(f"{path}: record {test}: field {name!r} {bad.problem}") from None
+            out.append(replace(u, test=test))
+    return out
+
+
+def unit_array(u: Unit, npz: Any, path: Path) -> np.ndarray | None:
+    """The unit's logits (its kind's declared array) as float32, or None when it carries none.
+
+    Returns:
+        ``[V]`` or ``[1, V]`` float32, as :data:`KINDS` declares for ``u.kind``.
+
+    Raises:
+        ReceiptError: the unit names an array the sidecar lacks or cannot read (or there is no
+            sidecar), or one of another dtype or shape than its kind declares (file, record and field).
+    """
+    spec = u.spec
+    key = u.arrays.get(spec.array)
+    if key is None:
+        return None
+
+    def bad(problem: str) -> ReceiptError:
+        return ReceiptError(f"{path}: record {u.test}: unit {u.kind} {u.label}: field 'arrays.{spec.array}' {problem}")
+
+    if npz is None:
+        raise bad("names an array, but the receipt has no npz sidecar (field 'arrays')")
+    if key not in npz:
+        raise bad(f"names npz key {key!r}, which the npz sidecar lacks")
+    try:
+        a = np.asarray(npz[key])
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
+        raise bad(f"names npz key {key!r}, which cannot be read: {exc}") from exc
+    if a.dtype.kind != "f":
+        raise bad(f"has dtype {a.dtype}, not a float array")
+    if a.ndim != (2 if spec.rows else 1) or (spec.rows and a.shape[0] != spec.rows):
+        raise bad(f"has shape {list(a.shape)}, not {spec.shape}")
+    return a.astype(np.float32)
