@@ -68,9 +68,9 @@ def _build(family: str, pin: Any, root: Path) -> dict[str, Any]:
 
         return current_rows(root, pin.name, pin.tokenizer_sha256)
     from oracles.families.mtplx import build_tokens
-    from oracles.tokenizer import LightTokenizer
+    from oracles.tokenizer import load_tokenizer
 
-    return build_tokens(pin.name, pin.tokenizer_sha256, LightTokenizer(root).chat_ids)
+    return build_tokens(pin.name, pin.tokenizer_sha256, load_tokenizer(root).chat_ids)
 
 
 def run(args: argparse.Namespace) -> int:

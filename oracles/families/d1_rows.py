@@ -19,7 +19,7 @@ from oracles.errors import FixtureError
 from oracles.families import d1
 from oracles.pins import sha256_file
 from oracles.records import load_record_list, require
-from oracles.tokenizer import LightTokenizer
+from oracles.tokenizer import LightTokenizer, load_tokenizer
 
 
 def load_arms(path: Path = d1.RED_ARMS) -> list[dict[str, Any]]:
@@ -110,7 +110,7 @@ def current_rows(tokenizer_root: Path, pin: str, tokenizer_sha256: str) -> dict[
     Raises:
         FixtureError: see :func:`build_rows`, or a tokenizer file missing from ``tokenizer_root``.
     """
-    doc = build_rows(LightTokenizer(tokenizer_root), d1.load_requests(), load_arms(), pin)
+    doc = build_rows(load_tokenizer(tokenizer_root), d1.load_requests(), load_arms(), pin)
     doc["tokenizer_sha256"] = tokenizer_sha256
     doc["requests_sha256"] = sha256_file(d1.REQUESTS)
     doc["red_arms_sha256"] = sha256_file(d1.RED_ARMS) if d1.RED_ARMS.is_file() else None

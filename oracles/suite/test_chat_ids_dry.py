@@ -17,7 +17,7 @@ from oracles.families.mtplx import GENERATION, PROMPTS, load_prompts, source_dig
 from oracles.pins import load_pin
 from oracles.receipts import Receipt
 from oracles.records import family_tokens
-from oracles.tokenizer import LightTokenizer, tokenizer_folder
+from oracles.tokenizer import LightTokenizer, load_tokenizer, tokenizer_folder
 
 pytestmark = [pytest.mark.dry, pytest.mark.mtplx]
 
@@ -35,7 +35,7 @@ def tokenizers() -> Callable[[str], LightTokenizer]:
             if folder is None:
                 pytest.skip(f"pin {pin}: no tokenizer copy in oracles/builtin/tokenizers and no materialised snapshot "
                             f"(run `oracles materialize {pin}`)")
-            made[pin] = LightTokenizer(folder)
+            made[pin] = load_tokenizer(folder)
         return made[pin]
 
     return get

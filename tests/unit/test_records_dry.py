@@ -97,6 +97,26 @@ def test_dry_tokenizer_of_a_pin_without_a_copy_names_the_file(tmp_path: Path) ->
         LightTokenizer(tmp_path / "nopin")
 
 
+def test_loaded_tokenizer_is_shared_until_a_file_changes(tmp_path: Path) -> None:
+    """One parse per folder while its files are unchanged; a template rewritten in place is read again
+    (the cache must not serve a stale template to ``oracles records``)."""
+    import shutil
+
+    from oracles.records import TOKENIZER_COPIES
+    from oracles.tokenizer import load_tokenizer
+
+    source = sorted(p for p in TOKENIZER_COPIES.iterdir() if p.is_dir())[0]
+    root = tmp_path / "tok"
+    shutil.copytree(source, root)
+    first = load_tokenizer(root)
+    assert load_tokenizer(root) is first
+    (root / "chat_template.jinja").write_text("{% for m in messages %}<{{ m['content'] }}>{% endfor %}!")
+    again = load_tokenizer(root)
+    assert again is not first
+    assert again.render(MESSAGES) == "<héllo>!"
+    assert first.render(MESSAGES) != "<héllo>!"
+
+
 def test_record_files_refuse_unknown_fields_and_another_family(tmp_path: Path) -> None:
     good = json.loads(PROMPTS.read_text())
     misspelt = json.loads(json.dumps(good))
