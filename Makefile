@@ -1,4 +1,4 @@
-# make oracle | make test | make smoke — each sets up .venv first (Python 3.11).
+# make oracle | make test | make smoke | make lint — each sets up .venv first (Python 3.11).
 PYTHON ?= python3.11
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: oracle test smoke setup materialize bench clean-venv
+.PHONY: oracle test smoke lint setup materialize bench clean-venv
 
 setup: $(VENV)/.installed
 
@@ -47,6 +47,11 @@ test: materialize
 
 smoke: setup
 	$(BIN)/python -m pytest -m dry
+
+# One mypy run over everything (how it names the two conftest.py files: [tool.mypy] in pyproject.toml).
+lint: setup
+	$(BIN)/ruff check oracles tests bench conftest.py
+	$(BIN)/mypy oracles tests bench conftest.py
 
 bench: materialize
 	$(BIN)/python bench/smoke_time.py

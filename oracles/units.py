@@ -285,9 +285,10 @@ def _stored_form(kind: str, given: dict[str, Any],
 
 
 def attach_unit(receipt: Receipt, kind: str, *, request_sha256: str, pin: str, engine: str, record: str,
-                ids: Sequence[int], unit: str = "", tokens: Sequence[int] | None = None,
-                argmax: Sequence[int] | None = None, keys: Sequence[str] | None = None,
-                probs: Sequence[float] | None = None, arrays: Mapping[str, Any] | None = None) -> Unit:
+                ids: Sequence[int | np.integer[Any]] | np.ndarray, unit: str = "",
+                tokens: Sequence[int | np.integer[Any]] | np.ndarray | None = None,
+                argmax: Sequence[int | np.integer[Any]] | np.ndarray | None = None, keys: Sequence[str] | None = None,
+                probs: Sequence[float] | np.ndarray | None = None, arrays: Mapping[str, Any] | None = None) -> Unit:
     """Attach one comparable unit to this test's record: ``data["units"]`` gains it, its arrays go to the npz.
 
     Args:

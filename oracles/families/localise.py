@@ -5,10 +5,28 @@ bisect`` and by the port family, which attaches the report to a failed record's 
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
-from oracles.engines.base import Engine
 from oracles.errors import OracleError
+
+if TYPE_CHECKING:
+    from oracles.engines.taps import Taps
+    from oracles.engines.types import Step
+
+
+class Localisable(Protocol):
+    """What localising reads of an engine: its id and pin, and its layer states (``taps``, else
+    ``forward(..., layers=True)``). Every :class:`oracles.engines.base.Engine` is one."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def pin(self) -> str: ...
+
+    def taps(self, prompt: Sequence[int], /) -> Taps: ...
+
+    def forward(self, prompt: Sequence[int], /, *, layers: bool) -> Step: ...
 
 
 class CannotLocalise(OracleError):
@@ -19,7 +37,7 @@ class CannotLocalise(OracleError):
         self.engine, self.why = engine, why
 
 
-def capture(engine: Engine, ids: Sequence[int]) -> dict[str, Any]:
+def capture(engine: Localisable, ids: Sequence[int]) -> dict[str, Any]:
     """One cold prefill's arrays: ``stream``, ``hidden``, ``logits``, and ``attn``/``mlp`` where the
     engine taps inside its layers (``Engine.taps``); the stream alone where it only has
     ``forward(layers=True)``.
@@ -43,7 +61,7 @@ def capture(engine: Engine, ids: Sequence[int]) -> dict[str, Any]:
     return {"stream": step.layers, "hidden": step.hidden, "logits": step.logits}
 
 
-def localise(reference: Engine, port: Engine, ids: Sequence[int], record: str) -> dict[str, Any]:
+def localise(reference: Localisable, port: Localisable, ids: Sequence[int], record: str) -> dict[str, Any]:
     """Both engines on ``ids``; the JSON-safe report: every stage, the named one (``divergent``, or
     None), attention vs MLP inside it where both sides tap them, or ``cannot_localise`` naming the
     engine without layer states (then no stages)."""

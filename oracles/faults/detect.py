@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 from oracles.engines.base import Engine
-from oracles.faults import CONTROL, FAULTS, VARIANTS, fault_port, reference_for
+from oracles.faults import CONTROL, FAULTS, VARIANTS, FaultPort, fault_port, reference_for
 from oracles.faults.matrix import run_checks
 from oracles.faults.panel import DRAFT_PIN, FAMILIES, PING, d1_inputs, family_runner
 
@@ -28,11 +28,11 @@ class Row:
     pin: str
     fault: str
     reference: Engine
-    port: Engine
+    port: FaultPort
     checks: dict[str, dict[str, Any]]
 
 
-def engines_of(runs: Runs, base: Engine, pin: str, fault: str) -> tuple[Engine, Engine]:
+def engines_of(runs: Runs, base: Engine, pin: str, fault: str) -> tuple[Engine, FaultPort]:
     """(the faithful engine ``fault`` is held against, the port), built once per session.
 
     Raises:
@@ -74,7 +74,7 @@ def detect(runs: Runs, engines: Engines, reference_id: str, pin: str, fault: str
 
 
 def bisect_row(runs: Runs, engines: Engines, reference_id: str, pin: str,
-               fault: str) -> tuple[dict[str, Any], Any]:
+               fault: str) -> tuple[dict[str, Any], FaultPort]:
     """``oracles bisect``'s report of the port against its faithful engine on "ping" (a cold
     prefill), and the port."""
     from oracles.families.localise import localise

@@ -35,7 +35,7 @@ def test_detection(runs: Runs, engines: Engines, pytestconfig: pytest.Config, pi
     row = detect(runs, engines, settings_of(pytestconfig).reference, pin, fault)
     caught = caught_by(row.checks)
     receipt.update(kind="fault-detection", pin=pin, fault=fault, order=[NAMES.index(fault)],
-                   title=row.port.fault.describe(row.reference),
+                   title=row.port.fault.describe(row.port.base),
                    reference=row.reference.id, port=row.port.id, checks=row.checks, caught_by=caught)
     if fault == CONTROL:
         assert not caught, (f"{pin}: false alarm on the faithful port by {', '.join(caught)}: "

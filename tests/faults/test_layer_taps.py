@@ -9,7 +9,7 @@ budgets of oracles/checks/bisect.py were calibrated on) go to the receipt.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import pytest
@@ -17,6 +17,7 @@ import pytest
 from oracles.checks.bisect import FLOOR_AT_0, FLOOR_PER_LAYER
 from oracles.checks.exact import assert_bits_equal
 from oracles.engines.base import Engine
+from oracles.engines.taps import Taps
 from oracles.families.localise import localise
 from oracles.faults.panel import PING
 from oracles.fixtures import Runs
@@ -25,7 +26,7 @@ from oracles.receipts import Receipt
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
 
-def taps(runs: Runs, engine: Engine) -> Any:
+def taps(runs: Runs, engine: Engine) -> Taps:
     """The engine's taps of "ping", once per session (MLX: ~5 s here)."""
     return runs(("taps", engine.id, engine.pin, PING.id), lambda: engine.taps(list(PING.bind(engine.pin).ids)))
 
@@ -69,10 +70,10 @@ class _Cached:
     """An engine whose ``taps`` returns an earlier capture (the session's), so bisect reads the very
     arrays the taps tests checked; everything else is the engine's."""
 
-    def __init__(self, engine: Engine, captured: Any) -> None:
+    def __init__(self, engine: Engine, captured: Taps) -> None:
         self._engine, self._captured = engine, captured
 
-    def taps(self, _ids: Any) -> Any:
+    def taps(self, _ids: Sequence[int]) -> Taps:
         return self._captured
 
     def __getattr__(self, name: str) -> Any:

@@ -3,15 +3,15 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-from typing import Any
+from typing import Sequence
 
 import numpy as np
 import pytest
 
 from oracles.checks.bisect import budget, first_divergent, inside_layer, row_nmse, stages, sublayer_budget
 from oracles.commands.bisect import table
-from oracles.engines.base import Unsupported
+from oracles.engines.base import Step, Unsupported
+from oracles.engines.taps import Taps
 from oracles.families.localise import localise
 
 pytestmark = pytest.mark.dry
@@ -81,12 +81,14 @@ def test_head_and_final_norm_stages() -> None:
     head = {k: v.copy() for k, v in ref.items()}
     head["logits"][:, 4] += 3.0
     found = stages(ref, head)
-    assert found[first_divergent(found)].name == "head"
+    i = first_divergent(found)
+    assert i is not None and found[i].name == "head"
     norm = {k: v.copy() for k, v in ref.items()}
     norm["hidden"] *= 2.0
     norm["logits"] *= 2.0
     found = stages(ref, norm)
-    assert found[first_divergent(found)].name == "final norm"
+    i = first_divergent(found)
+    assert i is not None and found[i].name == "final norm"
 
 
 def test_nan_is_over_budget() -> None:
@@ -94,7 +96,8 @@ def test_nan_is_over_budget() -> None:
     bad = {k: v.copy() for k, v in ref.items()}
     bad["stream"][2:, 1, 3] = np.nan
     found = stages(ref, bad)
-    assert found[first_divergent(found)].name == "layer 1"
+    i = first_divergent(found)
+    assert i is not None and found[i].name == "layer 1"
     assert np.isnan(found[2].nmse) and np.isnan(found[2].cosine) and found[2].nmse_position == 1
 
 
@@ -110,16 +113,17 @@ class FakeEngine:
     def __init__(self, engine_id: str, arrays: dict[str, np.ndarray], taps: str) -> None:
         self.id, self.pin, self.arrays, self.mode = engine_id, "fake-pin", arrays, taps
 
-    def taps(self, ids: Any) -> Any:
+    def taps(self, ids: Sequence[int]) -> Taps:
         if self.mode != "yes":
             raise Unsupported(self.id, "tap the attention and MLP outputs inside its layers")
-        return SimpleNamespace(**self.arrays)
+        a = self.arrays
+        return Taps(a["stream"], a["attn"], a["mlp"], a["hidden"], a["logits"], mixers=["self_attn"] * L)
 
-    def forward(self, ids: Any, layers: bool = False) -> Any:
+    def forward(self, ids: Sequence[int], layers: bool = False) -> Step:
         if self.mode == "no":
             raise Unsupported(self.id, "return per-layer states", "its runtime runs the layers fused")
         a = self.arrays
-        return SimpleNamespace(layers=a["stream"], hidden=a["hidden"], logits=a["logits"])
+        return Step(logits=a["logits"], hidden=a["hidden"], layers=a["stream"])
 
 
 def test_localise_reports_layer_and_block() -> None:

@@ -54,7 +54,8 @@ def test_compare_bits_names_step_lanes_layer_buffer_index_and_both_values() -> N
 
 def test_compare_bits_sees_the_sign_of_zero_and_nan_payloads() -> None:
     pos, neg = np.zeros(3, "<f4"), -np.zeros(3, "<f4")
-    assert compare_bits(pos, neg, step="0", logical=0, physical=0, name="hidden").count == 3
+    m = compare_bits(pos, neg, step="0", logical=0, physical=0, name="hidden")
+    assert m is not None and m.count == 3
     nan = np.array([np.nan], "<f4")
     assert compare_bits(nan, nan.copy(), step="0", logical=0, physical=0, name="hidden") is None
 

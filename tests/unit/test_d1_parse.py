@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import pytest
@@ -92,7 +92,7 @@ def test_readout_groups_variant_rule_and_shared_tokens() -> None:
 class _Tok:
     """chat_ids over a toy character-level template: each character is its code point."""
 
-    def chat_ids(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> list[int]:
+    def chat_ids(self, messages: Sequence[dict[str, str]], add_generation_prompt: bool = True) -> list[int]:
         text = "".join(f"<{m['role']}>{m['content']}|" for m in messages) + ("<a>" if add_generation_prompt else "")
         return [ord(c) for c in text]
 

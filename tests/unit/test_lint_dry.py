@@ -1,6 +1,6 @@
 """ruff holds the package, its tests and benches to pyproject's ``[tool.ruff]`` on every run (~0.1 s:
-ruff is compiled); mypy takes ~30 s here, so ``mypy oracles`` (pyproject's ``[tool.mypy]``) is run by
-hand, not by CI."""
+ruff is compiled); mypy over the same files takes ~30 s here, so it runs by hand with ruff as
+``make lint`` (pyproject's ``[tool.mypy]``), not by CI."""
 
 from __future__ import annotations
 

@@ -6,12 +6,12 @@ known in closed form; the fake draft agrees with it except at chosen positions.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 import pytest
 
-from oracles.engines.base import Engine, Step
+from oracles.engines.base import Engine, Prompt, Step
 from oracles.families.decode import greedy_decode, recompute_steps
 from oracles.families.speculative import speculate
 
@@ -31,7 +31,7 @@ class Fake(Engine):
 
     id = "fake"
 
-    def __init__(self, wrong_at: set[int] = frozenset(), trimmable: bool = True) -> None:
+    def __init__(self, wrong_at: Iterable[int] = frozenset(), trimmable: bool = True) -> None:
         self.wrong_at, self.eos_token_ids, self.max_context = set(wrong_at), frozenset({STOP}), 64
         self.trimmable = trimmable
         self.forwards = 0
@@ -47,11 +47,14 @@ class Fake(Engine):
         row[tok] = 10.0
         return row
 
-    def forward(self, ids: Any, cache: Any = None, keep: int = 0) -> Step:
+    def forward(self, prompt: Prompt | Sequence[int], cache: Any | None = None, keep: int = 0,
+                layers: bool = False) -> Step:
+        if layers:
+            raise self._unsupported("return per-layer states", "a fake without layers")
         self.forwards += 1
         seq = list(cache) if cache is not None else []
         rows = []
-        for t in ids:
+        for t in self.text_ids(prompt):
             seq.append(int(t))
             rows.append(self._row(seq))
         if cache is not None:
@@ -80,7 +83,8 @@ PROMPT = [1, 5, 9, 4]
 
 
 def ar(prompt: list[int], cap: int = 64) -> list[int]:
-    seq, out = list(prompt), []
+    seq = list(prompt)
+    out: list[int] = []
     while len(out) < cap:
         out.append(rule(seq))
         seq.append(out[-1])

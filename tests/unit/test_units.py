@@ -50,7 +50,8 @@ def test_units_round_trip(tmp_path: Path) -> None:
         (("chat", SHA, "turn1", PIN), "story/turn1", NODE), (("chat", SHA, "turn2", PIN), "story/turn2", NODE)]
     npz = np.load(tmp_path / "r.npz")
     for u, warm in zip(units, turns):
-        assert np.array_equal(unit_array(u, npz, tmp_path / "r.json"), warm)
+        stored = unit_array(u, npz, tmp_path / "r.json")
+        assert stored is not None and np.array_equal(stored, warm)
         assert u.to_json() == data["units"][units.index(u)]
 
 
@@ -61,7 +62,7 @@ def test_readout_answer_is_derived(tmp_path: Path) -> None:
     assert u.argmax_key == "false" and u.probs == tuple(probs(x)) and u.spec is KINDS["d1-row"]
 
 
-BAD: dict[str, tuple[str, dict[str, Any], type[Exception], str]] = {
+BAD: dict[str, tuple[str | int, dict[str, Any], type[Exception], str]] = {  # kind: an int to refuse, too
     "unknown-kind": ("word_flip", {}, ValueError, "field 'kind' is 'word_flip', not one of the declared kinds"),
     "kind-int": (5, {}, TypeError, "field 'kind' is 5, not one of the declared kinds"),
     "sha": ("decode", {"request_sha256": "ABC"}, ValueError, "field 'request_sha256' is 'ABC', not 64 lowercase hex"),
