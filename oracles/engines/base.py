@@ -283,10 +283,12 @@ class Engine:
         with the library's own check, before any forward."""
         return None
 
-    def known_gap(self, oracle: str) -> str | None:
+    def known_gap(self, oracle: str, any_pin: bool = False) -> str | None:
         """A measured failure of this engine's library on ``oracle`` (a name its test gives, e.g.
-        ``"speculative past a KV window"``): the figure and the cause, which that test expects as a
-        strict xfail, so a fixed library fails it and the note is removed; None where none is known."""
+        ``"speculative past a KV window"``) on this engine's pin: the figure and the cause, which that
+        test expects as a strict xfail, so a fixed library fails it and the note is removed; None where
+        none is known. With ``any_pin``, the note measured on any pin (a failure on a pin never measured
+        quotes it as a likely cause, without expecting it)."""
         return None
 
 

@@ -25,13 +25,17 @@ from __future__ import annotations
 
 from typing import Any
 
-#: Measured failures of mlx-lm on the oracles (``MlxPort.known_gap``), by the name the test gives.
-KNOWN_GAPS: dict[str, str] = {
-    "speculative past a KV window": (
+#: Measured failures of mlx-lm on the oracles (``MlxPort.known_gap``), by the name the test gives:
+#: (the pins it was measured on, the figure and the cause). A library bug shows only where the model
+#: exercises it: this one needs a draft rejected after the window wrapped, and a model whose greedy
+#: output ignores its context (an untrained pin repeating one token) gives equal tokens even with stale
+#: cache entries; so the strict xfail is expected only on the pins it was measured on.
+KNOWN_GAPS: dict[str, tuple[frozenset[str], str]] = {
+    "speculative past a KV window": (frozenset({"smollm2-135m-instruct"}), (
         "mlx-lm 0.32.2 speculative_generate_step keeps rejected drafts once a RotatingKVCache has wrapped: its "
         "_rewind_cache ignores trim_prompt_cache's count, which is 0 when offset >= max_size (is_trimmable); "
         "measured on 'arith', window 48, twin draft: the target cache reaches offset 48 at the 3rd token, "
-        "trims 0 of 3 from then on, and the tokens differ from AR from position 3 (198 vs 40; 64-token cap: 60 of 64 differ)"),
+        "trims 0 of 3 from then on, and the tokens differ from AR from position 3 (198 vs 40; 64-token cap: 60 of 64 differ)")),
 }
 
 

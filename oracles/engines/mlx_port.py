@@ -340,8 +340,9 @@ class MlxPort(MlxCohort):
     def speculative_refusal(self) -> str | None:
         return mlx_hybrid.speculative_refusal(self.model)
 
-    def known_gap(self, oracle: str) -> str | None:
-        return mlx_hybrid.KNOWN_GAPS.get(oracle)
+    def known_gap(self, oracle: str, any_pin: bool = False) -> str | None:
+        pins, note = mlx_hybrid.KNOWN_GAPS.get(oracle, (frozenset(), None))
+        return note if any_pin or self.pin in pins else None
 
     def _collect(self, steps: Any, raw: list[Any], extra: dict[str, Any]) -> Generation:
         tokens: list[int] = []

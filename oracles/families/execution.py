@@ -44,6 +44,8 @@ NUM_DRAFT = 3
 #: mlx-lm's RotatingKVCache size for the long speculative case: the "arith" prompt (45 ids) fits,
 #: its answer (18 tokens) carries the total to 63 and past the window after the 3rd token.
 KV_WINDOW = 48
+#: The oracle name engines key their measured gaps by (``Engine.known_gap``) for the KV-window case.
+WINDOW_ORACLE = "speculative past a KV window"
 #: Cap of the KV-window case: 45 prompt ids + 24 tokens = 69 positions, 21 past the window, which a
 #: wrapped RotatingKVCache needs to show (its answer stops at 18 tokens; a speculative run that keeps
 #: rejected drafts never stops, and at 64 tokens cost ~115 s of MLX time here).
