@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from oracles.checks.port import first_divergence
 from oracles.engines.base import Engine
 from oracles.errors import FixtureError
 from oracles.families.decode import greedy_steps
@@ -117,13 +118,21 @@ class ChatTurn:
 
 @dataclass
 class ChatRun:
+    """A conversation's turns as run; ``stopped`` says why it ended before its last turn (None: it ran all)."""
+
     record_id: str
     turns: list[ChatTurn] = field(default_factory=list)
     final_ids: list[int] = field(default_factory=list)
+    stopped: str | None = None
 
 
 def run_chat(engine: Engine, record: ChatRecord) -> ChatRun:
     """Run ``record``'s turns through one live cache of ``engine`` (greedy, stop token kept).
+
+    A turn whose rendering of the conversation is no longer than the cache has nothing to feed: the
+    model's tokens re-encode to fewer ids (an untrained model repeating "\\n" 320 times: BPE merges the
+    run). The conversation stops there, saying so in ``ChatRun.stopped``; the tests judge it (a trained
+    pin fails naming the turn, an untrained one skips what needs every turn).
 
     Raises whatever ``engine.forward`` raises (a conversation longer than the context, for one).
     """
@@ -136,6 +145,11 @@ def run_chat(engine: Engine, record: ChatRecord) -> ChatRun:
         full = engine.chat_ids(messages)
         rendered_prefix = full[: len(cached)]
         suffix = full[len(cached):]
+        if not suffix:
+            run.stopped = (f"{record.id} turn {index + 1}: the template renders the conversation as {len(full)} ids, "
+                           f"no more than the {len(cached)} the cache holds (first difference at "
+                           f"{first_divergence(cached, full)}): the model's tokens re-encode to fewer ids")
+            break
         saved = engine.snapshot(cache)
         before = engine.snapshot_digest(saved)
         t0 = time.perf_counter()

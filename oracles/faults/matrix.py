@@ -104,6 +104,9 @@ def speculative_vs_greedy(port_runs: dict[str, Any]) -> str | None:
 
 
 def chat_port(ref: ChatRun, port: ChatRun) -> str | None:
+    if len(port.turns) != len(ref.turns):
+        return (f"{ref.record_id}: the port ran {len(port.turns)} turns, the reference {len(ref.turns)} "
+                f"(port: {port.stopped}; reference: {ref.stopped})")
     for a, b in zip(ref.turns, port.turns):
         where = f"{ref.record_id} turn {a.index + 1}"
         msg = _first(tokens_failure(f"{where}: suffix ids", a.suffix, b.suffix),

@@ -73,7 +73,7 @@ def test_turns_finish_with_stop(runs: Runs, engine: Engine, record: ChatRecord, 
                            "finish_reason": t.finish_reason, "completion_tokens": t.completion_tokens,
                            "cached_tokens": len(t.frontier), "prefill_seconds": round(t.prefill_seconds, 4),
                            "decode_seconds": round(t.decode_seconds, 4), "warm_logits": dict(fingerprint(t.warm))}
-                          for t in run.turns], final_tokens=len(run.final_ids))
+                          for t in run.turns], final_tokens=len(run.final_ids), stopped=run.stopped)
     if untrained:
         pytest.skip(untrained)
     bad = [(t.index + 1, t.finish_reason, len(t.tokens)) for t in run.turns if t.finish_reason != "stop"]
@@ -89,12 +89,14 @@ def test_cache_holds_frontier(runs: Runs, engine: Engine, record: ChatRecord, re
     mismatch per turn is recorded)."""
     run = _run(runs, engine, record)
     receipt.update(frontiers=[len(t.frontier) for t in run.turns],
-                   first_mismatch=[first_divergence(t.frontier, t.rendered_prefix) for t in run.turns])
+                   first_mismatch=[first_divergence(t.frontier, t.rendered_prefix) for t in run.turns],
+                   stopped=run.stopped)
     if why := untrained_reason(engine.pin, "emitting tokens the tokenizer re-encodes to themselves"):
         pytest.skip(why)
     for t in run.turns:
         assert_ids_equal(t.frontier, t.rendered_prefix,
                          f"{record.id} turn {t.index + 1}: cached ids vs the template's rendering of the conversation")
+    assert run.stopped is None, run.stopped
 
 
 def test_warm_equals_cold(runs: Runs, engine: Engine, record: ChatRecord, receipt: Receipt) -> None:
@@ -134,7 +136,11 @@ def test_completion_counts(runs: Runs, engine: Engine, record: ChatRecord, recei
     run = _run(runs, engine, record)
     counts = [t.completion_tokens for t in run.turns]
     receipt.update(completion_tokens=counts, prompt_tokens=[len(t.frontier) + len(t.suffix) for t in run.turns])
-    assert len(counts) == len(record.turns) == 3, f"{record.id}: {len(counts)} turns ran, {len(record.turns)} asked"
+    feeds = "emitting tokens that re-encode to as many ids, so every turn has ids to feed"
+    if run.stopped and (why := untrained_reason(engine.pin, feeds)):
+        pytest.skip(f"{why}; {run.stopped}")
+    assert len(counts) == len(record.turns) == 3, \
+        f"{record.id}: {len(counts)} turns ran, {len(record.turns)} asked" + (f"; {run.stopped}" if run.stopped else "")
     assert all(c > 0 for c in counts), f"{record.id}: an empty answer: {counts}"
 
 
@@ -153,6 +159,8 @@ def test_chat_vs_reference(runs: Runs, reference: Engine, port: Engine, record: 
     ref, got = ex.chat(runs, reference, record), ex.chat(runs, port, record)
     firsts = [first_divergence(a.tokens, b.tokens) for a, b in zip(ref.turns, got.turns)]
     receipt.update(request_sha256=record.sha256, kind="chat", first_divergent_token_per_turn=firsts)
+    assert len(got.turns) == len(ref.turns), (f"{record.id}: the port ran {len(got.turns)} turns, the reference "
+                                              f"{len(ref.turns)} (port: {got.stopped}; reference: {ref.stopped})")
     warm_ref = np.stack([t.warm for t in ref.turns])
     warm_port = np.stack([t.warm for t in got.turns])
     _held_port(f"{record.id}: warm next-token logits per turn", warm_ref, warm_port, receipt)
