@@ -4,7 +4,8 @@ fixture's object, and reading records back.
 A receipt is one JSON file per test session, ``receipts/<tag>/<UTC time>-<run id>.json``, never
 overwritten; beside it a ``.partial.jsonl`` gains one line per finished test while the session runs,
 so a killed run leaves its evidence (the files: :mod:`oracles.receipt_files`); :func:`load_records`
-reads either file back (for ``--resume``).
+reads either file back (for ``--resume``); :func:`load_receipt` reads a receipt for the commands that
+print it, refusing one of another schema.
 """
 
 from __future__ import annotations
@@ -252,6 +253,36 @@ class Receipt:
             self._staging.mkdir(parents=True, exist_ok=True)
             np.save(self._staging / f"{safe}.npy", arr, allow_pickle=False)
         self._data.setdefault("arrays", {})[name] = {"npz_key": safe, "shape": list(arr.shape), "dtype": arr.dtype.str}
+
+
+def check_schema_version(receipt: Mapping[str, Any], path: Path) -> None:
+    """Refuse a receipt whose ``schema_version`` is not :data:`SCHEMA_VERSION`, in one line.
+
+    Its fields may mean something else (schema 1 held units as loose data fields), so no reader guesses.
+
+    Raises:
+        FixtureError: ``"<path>: field 'schema_version' is 3, not 2: ..."`` (file, field, both versions).
+    """
+    version = receipt.get("schema_version")
+    if type(version) is int and version == SCHEMA_VERSION:  # True == 1 and 2.0 == 2: neither is a schema
+        return
+    shown = "missing" if "schema_version" not in receipt else repr(version)
+    raise FixtureError(f"{path}: field 'schema_version' is {shown}, not {SCHEMA_VERSION}: a receipt of another "
+                       f"schema, which this plugin does not read")
+
+
+def load_receipt(path: Path) -> dict[str, Any]:
+    """A receipt ``.json`` as a dict, held to this schema: the loader of every command that reads one.
+
+    Raises:
+        FixtureError: unreadable or invalid JSON (:func:`oracles.receipt_files.load_json`), not a JSON
+            object, or :func:`check_schema_version`'s refusal; each one line naming the file.
+    """
+    receipt = load_json(path)
+    if not isinstance(receipt, dict):
+        raise FixtureError(f"{path}: not a receipt: a JSON {type(receipt).__name__}, not an object")
+    check_schema_version(receipt, path)
+    return receipt
 
 
 def load_records(path: Path) -> dict[str, TestRecord]:

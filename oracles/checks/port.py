@@ -45,6 +45,30 @@ MAX_ABS_DP = MAX_ABS_LOGIT / 2
 KEY_MARGIN = 2 * MAX_ABS_DP
 
 
+def _shown(limit: float) -> str:
+    """A threshold as written in this module (``1e-06``, ``0.005``); its full repr if ``:g`` would round it."""
+    short = f"{limit:g}"
+    return short if float(short) == limit else repr(float(limit))
+
+
+def _sign(x: float) -> int:
+    return (x > 0) - (x < 0)
+
+
+def compared(value: float, op: str, limit: float) -> str:
+    """``"<value> <op> <limit>"`` for a threshold message: the value to 4 significant digits, more when
+    fewer would not show it on its side of the threshold, so a failure never reads as a tie (1.0003e-06
+    over 1e-06 would otherwise print ``1.000e-06 > 1e-06``). A value equal to the threshold (``>=``)
+    shows equal."""
+    limit_text = _shown(limit)  # float(limit_text) == limit, so the shown pair compares as the true pair
+    side = _sign(value - limit)
+    for digits in range(3, 17):  # .16e is 17 significant digits: enough to tell any two doubles apart
+        text = f"{value:.{digits}e}"
+        if _sign(float(text) - limit) == side:
+            break
+    return f"{text} {op} {limit_text}"
+
+
 def first_divergence(ref: Sequence[int], port: Sequence[int]) -> int | None:
     """First position where two token lists differ (a shorter list differs at its end), None if equal."""
     n = min(len(ref), len(port))
@@ -97,16 +121,16 @@ def threshold_failures(fig: dict[str, Any]) -> list[str]:
     """The thresholds ``fig`` (from :func:`port_figures`) passes, each as one line; [] when within all."""
     out = []
     if fig["max_abs"] > MAX_ABS_LOGIT:
-        out.append(f"max |Δlogit| {fig['max_abs']:.3e} > {MAX_ABS_LOGIT:g} at (row, token) {fig['max_abs_at']}")
+        out.append(f"max |Δlogit| {compared(fig['max_abs'], '>', MAX_ABS_LOGIT)} at (row, token) {fig['max_abs_at']}")
     if fig["nmse"] > MAX_NMSE:
-        out.append(f"NMSE {fig['nmse']:.3e} > {MAX_NMSE:g}")
+        out.append(f"NMSE {compared(fig['nmse'], '>', MAX_NMSE)}")
     if fig["kl_max"] > MAX_KL:
-        out.append(f"KL(ref‖port) max {fig['kl_max']:.3e} > {MAX_KL:g} nats at row {fig['kl_argmax_row']}")
+        out.append(f"KL(ref‖port) max {compared(fig['kl_max'], '>', MAX_KL)} nats at row {fig['kl_argmax_row']}")
     hard = [d for d in fig["disagreements"] if d["ref_top2_gap"] >= NEAR_TIE]
     if hard:
         d = hard[0]
         out.append(f"argmax differs at row {d['row']}: reference {d['ref']} vs port {d['port']} with a reference "
-                   f"top-2 gap {d['ref_top2_gap']:.3e} >= {NEAR_TIE:g} (not a near tie); {len(hard)} such rows")
+                   f"top-2 gap {compared(d['ref_top2_gap'], '>=', NEAR_TIE)} (not a near tie); {len(hard)} such rows")
     return out
 
 
@@ -140,10 +164,10 @@ def readout_failures(fig: dict[str, Any]) -> list[str]:
     """The read-out thresholds ``fig`` (from :func:`readout_figures`) passes, one line each; [] when within."""
     out = []
     if fig["max_abs_dp"] > MAX_ABS_DP:
-        out.append(f"max |Δp| {fig['max_abs_dp']:.3e} > {MAX_ABS_DP:g} at option {fig['max_abs_dp_key']!r}")
+        out.append(f"max |Δp| {compared(fig['max_abs_dp'], '>', MAX_ABS_DP)} at option {fig['max_abs_dp_key']!r}")
     if not fig["key_equal"] and fig["ref_top2_gap"] > KEY_MARGIN:
         out.append(f"answer differs: reference {fig['ref_key']!r} vs port {fig['port_key']!r} with a reference "
-                   f"top-2 gap {fig['ref_top2_gap']:.3e} > {KEY_MARGIN:g} (not a near tie)")
+                   f"top-2 gap {compared(fig['ref_top2_gap'], '>', KEY_MARGIN)} (not a near tie)")
     return out
 
 

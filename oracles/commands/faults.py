@@ -8,7 +8,8 @@ cold prefill against where the fault was injected. ``--details`` prints each row
 message; ``--markdown`` prints the table the README carries.
 
 Exit 0: every fault caught by some check, the faithful port by none, every bisect on its injected
-stage; 1: otherwise (each failure listed); 2: a malformed receipt or one without panel records.
+stage; 1: otherwise (each failure listed); 2: a malformed receipt, one of another schema, or one without
+panel records.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from oracles.errors import FixtureError
-from oracles.receipt_files import load_json
+from oracles.receipts import load_receipt
 
 #: Column heads, in the order of oracles.faults.matrix.CHECKS (kept here so this command imports no numpy).
 ABBREV = {"forward:port": "fwd", "decode:port": "dec", "decode:recompute": "rec", "generation:port": "gen",
@@ -141,7 +142,7 @@ def verdicts(rows: list[dict[str, Any]], bisects: dict[tuple[str, str], dict[str
 
 
 def run(args: argparse.Namespace) -> int:
-    rows, bisects = collect(load_json(args.receipt), args.receipt)
+    rows, bisects = collect(load_receipt(args.receipt), args.receipt)
     print("\n".join(markdown(rows, bisects) if args.markdown else text(rows, bisects, args.details)))
     bad = verdicts(rows, bisects)
     for line in bad:

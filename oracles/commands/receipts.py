@@ -1,8 +1,9 @@
 """``oracles receipts [PATH]``: list receipts under a folder, or print one receipt's checks table.
 
 ``--latest FOLDER`` prints the newest receipt in FOLDER (by its UTC-time file name). A listing marks
-an unreadable receipt (truncated JSON, not an object) on its own line and goes on; the exit status is
-then 2. No receipt under the folder is an error (exit 2) for both forms.
+an unreadable receipt (truncated JSON, not an object, another ``schema_version``) on its own line and
+goes on; the exit status is then 2. Printing one receipt of another schema is a one-line error (exit
+2). No receipt under the folder is an error (exit 2) for both forms.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from oracles.errors import FixtureError
-from oracles.receipt_files import load_json
+from oracles.receipts import load_receipt
 from oracles.report import format_checks
 
 
@@ -52,9 +53,7 @@ def _list(folder: Path) -> int:
     bad = 0
     for p in found:
         try:
-            r = load_json(p)
-            if not isinstance(r, dict):
-                raise FixtureError(f"{p}: not a receipt: a JSON {type(r).__name__}, not an object")
+            r = load_receipt(p)
         except FixtureError as exc:
             bad += 1
             print(f"{p}  unreadable: {str(exc).removeprefix(str(p)).lstrip(':').strip()}")
@@ -91,9 +90,9 @@ def run(args: argparse.Namespace) -> int:
         args.path = found[-1]
     if args.path.is_dir():
         return _list(args.path)
-    r = load_json(args.path)
+    r = load_receipt(args.path)
     for key, kind in (("checks", dict), ("all_ok", bool)):
-        if not isinstance(r, dict) or not isinstance(r.get(key), kind):
+        if not isinstance(r.get(key), kind):
             raise FixtureError(f"{args.path}: not a receipt: field {key!r} is missing or not a {kind.__name__}")
     _check_rows(r["checks"], args.path)
     print(f"receipt: {args.path.resolve()}")

@@ -14,6 +14,7 @@ import pytest
 from oracles.cli import main
 from oracles.engines.base import Unsupported
 from oracles.faults.matrix import CAUGHT, CHECKS, NOT_APPLICABLE, PASSED, UNTOUCHED, run_checks
+from oracles.receipts import SCHEMA_VERSION
 
 pytestmark = pytest.mark.dry
 
@@ -34,7 +35,8 @@ def receipt(tmp_path: Path, rows: list[tuple[str, str, dict[str, dict[str, Any]]
                "outcome": "passed", "data": {"kind": "fault-bisect", "pin": p, "fault": f, "expected": e, "named": n}}
               for p, f, e, n in bisects]
     path = tmp_path / "r.json"
-    path.write_text(json.dumps({"tests": [{"nodeid": "tests/unit/x.py::t", "outcome": "passed", "data": {}}, *tests]}))
+    path.write_text(json.dumps({"schema_version": SCHEMA_VERSION,
+                                "tests": [{"nodeid": "tests/unit/x.py::t", "outcome": "passed", "data": {}}, *tests]}))
     return path
 
 
@@ -78,12 +80,27 @@ def test_markdown(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
      "field 'checks.fwd' is not"),
     ({"tests": []}, "no fault panel records"),
     ([1, 2], "not a receipt"),
+    ({"schema_version": SCHEMA_VERSION + 1, "tests": []},
+     f"field 'schema_version' is {SCHEMA_VERSION + 1}, not {SCHEMA_VERSION}: a receipt of another schema"),
 ])
 def test_bad_receipt_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str], doc: Any, message: str) -> None:
     path = tmp_path / "bad.json"
-    path.write_text(json.dumps(doc))
+    path.write_text(json.dumps({"schema_version": SCHEMA_VERSION, **doc} if isinstance(doc, dict) else doc))
     assert main(["faults", str(path)]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_another_schema_names_the_schema_not_missing_records(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A panel receipt of another schema is refused for its schema (one line: file, field, both versions),
+    not reported as holding no panel records."""
+    path = receipt(tmp_path, [("pinA", "faithful", cells({}))], [])
+    doc = json.loads(path.read_text())
+    path.write_text(json.dumps({**doc, "schema_version": SCHEMA_VERSION + 1}))
+    assert main(["faults", str(path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == (
+        f"oracles faults: error: {path}: field 'schema_version' is {SCHEMA_VERSION + 1}, not {SCHEMA_VERSION}: "
+        f"a receipt of another schema, which this plugin does not read\n")
 
 
 def forward_runs(logits: np.ndarray) -> dict[str, Any]:

@@ -10,15 +10,17 @@ from pathlib import Path
 import pytest
 
 from oracles.cli import main
+from oracles.receipts import SCHEMA_VERSION
 
 pytestmark = pytest.mark.dry
 
 
-def _receipt(folder: Path, stem: str, ok: bool) -> Path:
+def _receipt(folder: Path, stem: str, ok: bool, schema: int = SCHEMA_VERSION) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{stem}.json"
     path.write_text(json.dumps({
-        "run_id": stem[-8:], "seconds": 1.5, "tests": [{"nodeid": "t.py::test_a[p]", "outcome": "passed"}],
+        "schema_version": schema, "run_id": stem[-8:], "seconds": 1.5,
+        "tests": [{"nodeid": "t.py::test_a[p]", "outcome": "passed"}],
         "engines": [{"name": "torch", "worker": "main", "load_count": 1}], "not_run": [],
         "checks": {"test_a": {"family": "mtplx", "ok": ok, "passed": 1, "failed": [] if ok else ["q"], "skipped": 0}},
         "all_ok": ok}))
@@ -48,8 +50,9 @@ def test_latest_ignores_summaries_and_comparisons(tmp_path: Path, capsys: pytest
 
 @pytest.mark.parametrize(("content", "message"), [
     ("{\n  \"checks\": \n}", ":3:1: not valid JSON"),
-    ('{"checks": {}}', ": not a receipt: field 'all_ok' is missing or not a bool"),
-    ("[1]", ": not a receipt: field 'checks' is missing or not a dict"),
+    (f'{{"schema_version": {SCHEMA_VERSION}, "checks": {{}}}}', ": not a receipt: field 'all_ok' is missing or not a bool"),
+    (f'{{"schema_version": {SCHEMA_VERSION}}}', ": not a receipt: field 'checks' is missing or not a dict"),
+    ("[1]", ": not a receipt: a JSON list, not an object"),
 ])
 def test_bad_receipt_is_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str,
                                        message: str) -> None:
@@ -82,6 +85,42 @@ def test_listing_marks_a_truncated_receipt_and_goes_on(tmp_path: Path, capsys: p
     lines = captured.out.splitlines()
     assert [line.split()[0] for line in lines] == [str(first), str(torn), str(last)]
     assert lines[1].startswith(f"{torn}  unreadable: 1:") and "not valid JSON" in lines[1] and "all_ok=False" in lines[2]
+    assert captured.err == f"oracles receipts: error: {tmp_path}: 1 of 3 receipts unreadable (marked above)\n"
+
+
+@pytest.mark.parametrize("schema", [SCHEMA_VERSION + 1, 1])
+def test_another_schema_is_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], schema: int) -> None:
+    """The README says a reader refuses another schema: printing one names the file, the field and both versions."""
+    path = _receipt(tmp_path, "20261130T010203Z-0123abcd", ok=True, schema=schema)
+    for argv in (["receipts", str(path)], ["receipts", "--latest", str(tmp_path)]):
+        assert main(argv) == 2
+        captured = capsys.readouterr()
+        assert captured.out == ""
+        assert captured.err == (f"oracles receipts: error: {path}: field 'schema_version' is {schema}, not "
+                                f"{SCHEMA_VERSION}: a receipt of another schema, which this plugin does not read\n")
+
+
+def test_receipt_without_schema_version_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _receipt(tmp_path, "20261130T010203Z-0123abcd", ok=True)
+    doc = json.loads(path.read_text())
+    del doc["schema_version"]
+    path.write_text(json.dumps(doc))
+    assert main(["receipts", str(path)]) == 2
+    assert f"{path}: field 'schema_version' is missing, not {SCHEMA_VERSION}: " in capsys.readouterr().err
+
+
+def test_listing_marks_another_schema_and_goes_on(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A receipt of another schema in a folder is marked like a truncated one; the others are listed; exit 2."""
+    first = _receipt(tmp_path, "20261130T010203Z-0123abcd", ok=True)
+    other = _receipt(tmp_path, "20261130T020000Z-89abcdef", ok=True, schema=SCHEMA_VERSION + 1)
+    last = _receipt(tmp_path, "20261130T030000Z-00000000", ok=False)
+    assert main(["receipts", str(tmp_path)]) == 2
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    assert [line.split()[0] for line in lines] == [str(first), str(other), str(last)]
+    assert lines[1] == (f"{other}  unreadable: field 'schema_version' is {SCHEMA_VERSION + 1}, not {SCHEMA_VERSION}: "
+                        f"a receipt of another schema, which this plugin does not read")
+    assert "all_ok=True" in lines[0] and "all_ok=False" in lines[2]
     assert captured.err == f"oracles receipts: error: {tmp_path}: 1 of 3 receipts unreadable (marked above)\n"
 
 

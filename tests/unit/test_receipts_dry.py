@@ -13,7 +13,17 @@ import pytest
 
 from oracles.errors import FixtureError, ReceiptError
 from oracles.receipt_files import write_exclusive
-from oracles.receipts import Receipt, TestRecord, all_ok, check_json_safe, checks_table, load_records, split_nodeid
+from oracles.receipts import (
+    SCHEMA_VERSION,
+    Receipt,
+    TestRecord,
+    all_ok,
+    check_json_safe,
+    checks_table,
+    load_receipt,
+    load_records,
+    split_nodeid,
+)
 
 pytestmark = pytest.mark.dry
 
@@ -203,3 +213,23 @@ def test_dump_json_round_trips_and_refuses_nan() -> None:
     assert '    {"nodeid": "t.py::b", "data": {}}' in text.splitlines(), "a test record is not one line"
     with pytest.raises(ValueError):
         dump_json({"tests": [{"x": float("nan")}]})
+
+
+@pytest.mark.parametrize(("version", "shown"), [(SCHEMA_VERSION + 1, str(SCHEMA_VERSION + 1)), (1, "1"),
+                                                (str(SCHEMA_VERSION), repr(str(SCHEMA_VERSION))),
+                                                (float(SCHEMA_VERSION), repr(float(SCHEMA_VERSION))), (True, "True"),
+                                                (None, "None")])
+def test_load_receipt_refuses_another_schema(tmp_path: Path, version: Any, shown: str) -> None:
+    """Only the int SCHEMA_VERSION reads: a float or bool equal to it in Python is not a schema this plugin wrote."""
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"schema_version": version, "tests": []}))
+    with pytest.raises(FixtureError) as info:
+        load_receipt(path)
+    assert str(info.value) == (f"{path}: field 'schema_version' is {shown}, not {SCHEMA_VERSION}: a receipt of another "
+                               f"schema, which this plugin does not read")
+
+
+def test_load_receipt_reads_this_schema(tmp_path: Path) -> None:
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"schema_version": SCHEMA_VERSION, "tests": []}))
+    assert load_receipt(path) == {"schema_version": SCHEMA_VERSION, "tests": []}
