@@ -88,20 +88,23 @@ def _record(pin: str, engine: str, run: str, overall: list[float], down: list[fl
 
 
 def test_survey_command_figures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Per layer the largest value over runs, the run that holds it, and 65504 / value as headroom; the
-    PNG is written; a second survey of the same receipt is refused (never overwritten)."""
+    """Per layer the largest value over runs, the run that holds it, and 65504 / value as headroom; one
+    JSON and PNG per pin, named by it; a second survey of the same receipt is refused (never overwritten)."""
     receipt = {"tests": [_record("p", "torch", "a", [1.0, 300.0], [2.0, 5.0]), _record("p", "torch", "b", [4.0, 100.0], None),
                          _record("q", "mlx", "c", [8.0], None), {"nodeid": "x::other", "outcome": "passed", "data": {}}]}
     path = tmp_path / "r.json"
     path.write_text(json.dumps(receipt))
     assert cli_main(["survey", str(path)]) == 0
-    out = json.loads((tmp_path / "r.absmax.json").read_text())
-    assert (tmp_path / "r.absmax.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    out = json.loads((tmp_path / "r.p.absmax.json").read_text())
+    assert (tmp_path / "r.p.absmax.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(f.name for f in tmp_path.glob("r.*.absmax.*")) == ["r.p.absmax.json", "r.p.absmax.png",
+                                                                     "r.q.absmax.json", "r.q.absmax.png"]
+    assert out["pin"] == "p" and list(out["groups"]) == ["p/torch"]
     g = out["groups"]["p/torch"]
     assert [(la["overall"]["max"], la["overall"]["run"]) for la in g["layers"]] == [(4.0, "b"), (300.0, "a")]
     assert g["layers"][1]["mlp_down_in"]["max"] == 5.0 and g["residual_max"]["max"] == 300.0
     assert g["layers"][1]["overall"]["headroom_ratio"] == pytest.approx(FP16_MAX / 300.0)
-    assert out["groups"]["q/mlx"]["layers"][0]["mlp_down_in"] is None
+    assert json.loads((tmp_path / "r.q.absmax.json").read_text())["groups"]["q/mlx"]["layers"][0]["mlp_down_in"] is None
     assert "p/torch: 2 runs; residual max 300" in capsys.readouterr().out
     assert cli_main(["survey", str(path)]) == 2
 
