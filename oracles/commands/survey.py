@@ -1,9 +1,10 @@
 """``oracles survey RECEIPT``: the activation absmax survey of a receipt, against the float16 limit.
 
 Reads every test record whose ``data.kind`` is ``"absmax"`` (written by the clef family's
-``test_absmax`` and ``test_clef_survey.py``: one per run, per pin and engine) and writes, beside the
-receipt unless ``--out`` names a folder, ``<receipt stem>.absmax.json`` and ``.absmax.png`` (both created
-exclusively, never overwritten), then prints one line per layer. Per pin and engine and per decoder
+``test_absmax`` and the survey family's ``test_text_absmax``: one per run, per pin and engine) and
+writes, per pin present, beside the receipt unless ``--out`` names a folder,
+``<receipt stem>.<pin>.absmax.json`` and ``.absmax.png`` (all created exclusively, never overwritten;
+none is written when one exists), then prints one line per layer. Per pin and engine and per decoder
 layer: the largest |x| of the residual stream over all runs at position 0, at the other positions and
 overall (with the run, position and channel where it is reached), the largest MLP down-projection
 input where the engine taps it, and the headroom to float16's 65504 (``ratio`` and ``bits``:
@@ -19,6 +20,7 @@ from typing import Any
 
 from oracles.checks.absmax import FP16_MAX, headroom, worst
 from oracles.errors import FixtureError, ReceiptError
+from oracles.pin_writer import NAME as PIN_NAME
 from oracles.receipt_files import dump_json, load_json, write_exclusive
 
 STAT_FIELDS = ("pos0", "rest", "overall", "argmax_pos", "argmax_ch")
@@ -56,6 +58,8 @@ def absmax_records(receipt: dict[str, Any]) -> list[dict[str, Any]]:
         for field in ("pin", "engine", "run"):
             if not isinstance(data.get(field), str):
                 raise FixtureError(f"record {where}: field {field!r} is missing or not a string")
+        if not PIN_NAME.fullmatch(data["pin"]):  # it names the output files: no folder or hidden name from a receipt
+            raise FixtureError(f"record {where}: field 'pin' {data['pin']!r} is not a pin name ({PIN_NAME.pattern})")
         layers = data.get("layers")
         if not isinstance(layers, list) or not layers:
             raise FixtureError(f"record {where}: field 'layers' is missing or not a non-empty list")
@@ -150,31 +154,42 @@ def plot(result: dict[str, Any]) -> bytes:
     return png_bytes(fig)
 
 
+def outputs(folder: Path, stem: str, pins: list[str]) -> dict[str, tuple[Path, Path]]:
+    """Per pin, its survey's ``(json, png)`` paths: ``<stem>.<pin>.absmax.json`` / ``.png`` in ``folder``."""
+    return {pin: (folder / f"{stem}.{pin}.absmax.json", folder / f"{stem}.{pin}.absmax.png") for pin in pins}
+
+
 def run(args: argparse.Namespace) -> int:
     receipt = load_json(args.receipt)
     if not isinstance(receipt, dict) or "tests" not in receipt:
         raise FixtureError(f"{args.receipt}: not a receipt: field 'tests' is missing")
+    by_pin: dict[str, list[dict[str, Any]]] = {}
     try:
-        records = absmax_records(receipt)
-        result = survey(records)
+        for record in absmax_records(receipt):
+            by_pin.setdefault(record["pin"], []).append(record)
+        results = {pin: survey(by_pin[pin]) for pin in sorted(by_pin)}
     except FixtureError as exc:
         raise FixtureError(f"{args.receipt}: {exc}") from None
-    if not records:
-        raise FixtureError(f"{args.receipt}: no absmax record (run the clef family or its survey test)")
+    if not results:
+        raise FixtureError(f"{args.receipt}: no absmax record (run the survey family, -m survey --runslow, on the "
+                           "pins to survey, or the clef family)")
     folder = args.out or args.receipt.parent
     if folder.exists() and not folder.is_dir():
         raise ReceiptError(f"{folder}: --out names a file; it must be a folder (the survey's .json and .png go in it)")
-    stem = args.receipt.name.removesuffix(".json")
-    json_path, png_path = folder / f"{stem}.absmax.json", folder / f"{stem}.absmax.png"
-    taken = [p for p in (json_path, png_path) if p.exists()]
+    paths = outputs(folder, args.receipt.name.removesuffix(".json"), list(results))
+    taken = [p for pair in paths.values() for p in pair if p.exists()]
     if taken:
         raise ReceiptError(f"{taken[0]}: already exists; a survey is never overwritten")
-    result["receipt"] = str(args.receipt)
-    png = plot(result)
+    pngs = {}
+    for pin, result in results.items():
+        result.update(receipt=str(args.receipt), pin=pin)
+        pngs[pin] = plot(result)  # every plot drawn before any file is written: a failure leaves none behind
     folder.mkdir(parents=True, exist_ok=True)
-    write_exclusive(json_path, dump_json(result))
-    write_exclusive(png_path, png)
-    for line in table(result):
-        print(line)
-    print(f"survey: {json_path}\nplot: {png_path}")
+    for pin, result in results.items():
+        json_path, png_path = paths[pin]
+        write_exclusive(json_path, dump_json(result))
+        write_exclusive(png_path, pngs[pin])
+        for line in table(result):
+            print(line)
+        print(f"survey: {json_path}\nplot: {png_path}")
     return 0

@@ -61,6 +61,12 @@ FAMILIES: tuple[Family, ...] = (
                     "draft/verify/commit", runs="mtplx", default_pins=TEXT_PINS, tokens="mtplx"),
     Family("d1", "read-out oracle family: typed questions read out from log-softmax at an answer slot",
            runs="d1", default_pins=TEXT_PINS, tokens="d1"),
+    # Before clef: its test also carries the clef marker (``-m clef`` runs it), and a test is attributed to
+    # the first family it carries, whose pins it runs on: this one's are text pins, clef's vision ones.
+    Family("survey", "fp16 activation survey: per-layer absmax of a text model's residual stream on the reference "
+                     "(also under -m clef; `oracles survey RECEIPT` reads it)", runs="survey",
+           # SmolLM2 alone by default: a seeded twin's random weights carry no massive activations to survey.
+           default_pins=(DEFAULT_PIN,)),
     Family("clef", "vision oracle family: M-RoPE closed form, forward taps, image arms, absmax survey",
            runs="clef", modality="vision", default_pins=("qwen35-vl-twin",)),
     Family("cohort", "decode cohort family: serial vs batched lanes bit-exact, every cache buffer, snapshot/restore",
