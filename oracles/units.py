@@ -39,13 +39,15 @@ class Kind:
     when ``rows`` is None, ``[1, V]`` when ``rows`` is 1; ``array_required`` False where a unit may
     have none (a generation that produced no step). ``greedy``: its tokens are chosen by argmax, so a
     divergent token is a failure. ``unit``: what the ``unit`` field names ("" allowed when it names
-    nothing: the record is the unit).
+    nothing: the record is the unit). ``family``: the family whose tests attach it
+    (tests/unit/test_compare_no_units.py holds this to the suite).
     """
 
     name: str
     holds: str
     fields: frozenset[str]
     array: str
+    family: str
     rows: int | None = None
     array_required: bool = True
     greedy: bool = False
@@ -56,31 +58,33 @@ class Kind:
         return "[1, V]" if self.rows else "[V]"
 
 
-def _kind(name: str, holds: str, carries: str, array: str, **kw: Any) -> Kind:
-    return Kind(name, holds, frozenset(carries.split()), array, **kw)
+def _kind(name: str, holds: str, carries: str, array: str, family: str, **kw: Any) -> Kind:
+    return Kind(name, holds, frozenset(carries.split()), array, family, **kw)
 
 
 _READOUT = "the question id"
 #: Every kind a unit may be, the one table writer and readers share.
 KINDS: dict[str, Kind] = {k.name: k for k in (
     _kind("prefill", "a prompt record's cold prefill: per-position argmax, the last row's logits [V]", "argmax",
-          "last_logits", greedy=True),
+          "last_logits", "mtplx", greedy=True),
     _kind("decode", "greedy decode through the cache to a stop token: tokens, per-step argmax, the last step's "
-                    "logits [V]", "tokens argmax", "last_logits", greedy=True),
+                    "logits [V]", "tokens argmax", "last_logits", "mtplx", greedy=True),
     _kind("generate-greedy", "the engine's own greedy generation: tokens, per-step argmax, the last step's logits "
-                             "[V] (none when no step ran)", "tokens argmax", "last_logits", array_required=False,
-          greedy=True),
+                             "[V] (none when no step ran)", "tokens argmax", "last_logits", "mtplx",
+          array_required=False, greedy=True),
     _kind("generate-sampled", "the engine's own seeded sampled generation: as generate-greedy, its tokens only "
-                              "recorded", "tokens argmax", "last_logits", array_required=False),
+                              "recorded", "tokens argmax", "last_logits", "mtplx", array_required=False),
     _kind("chat", "one chat turn through the live cache: the suffix ids, the greedy tokens, the warm next-token "
-                  "logits [V]", "tokens", "warm_logits", greedy=True, unit="turn<n>"),
+                  "logits [V]", "tokens", "warm_logits", "mtplx_chat", greedy=True, unit="turn<n>"),
     _kind("d1-row", "a d1 question read out on its own row: keys, probabilities, slot logits [1, V]", "readout",
-          "slot_logits", rows=1, unit=_READOUT),
-    _kind("d1-tree", "a d1 question read out on its tree branch: as d1-row", "readout", "slot_logits", rows=1,
-          unit=_READOUT),
+          "slot_logits", "d1", rows=1, unit=_READOUT),
+    _kind("d1-tree", "a d1 question read out on its tree branch: as d1-row", "readout", "slot_logits", "d1",
+          rows=1, unit=_READOUT),
     _kind("clef-row", "a question about pictures in one arm (request_sha256 names record and arm): as d1-row",
-          "readout", "slot_logits", rows=1, unit=_READOUT),
+          "readout", "slot_logits", "clef", rows=1, unit=_READOUT),
 )}
+#: The families whose tests attach units (a receipt without units is told to run one of them).
+ATTACHED_BY: tuple[str, ...] = tuple(dict.fromkeys(k.family for k in KINDS.values()))
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,9 @@ A comparison JSON is written exclusively, after every input is checked (a bad in
 taken ``--out`` is refused before anything is printed; the default name gains ``-2``, ``-3`` ... when taken
 (two comparisons in one second), never overwriting one.
 Exit status: 0 all held units within thresholds; 1 a threshold passed, no unit matched or held, or
-(``--require-all``) a reference unit unmatched; 2 bad input (a receipt of another schema, an engine
-or pin the receipt lacks, the reference compared with its own records, a missing npz sidecar, a unit
-without its array, a malformed field: file, record and field named). No torch import.
+(``--require-all``) a reference unit unmatched; 2 bad input (a receipt of another schema, one without
+units, an engine or pin the receipt lacks, the reference compared with its own records, a missing npz
+sidecar, a unit without its array, a malformed field: file, record and field named). No torch import.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from oracles.errors import ReceiptError
 from oracles.receipt_files import dump_json, load_json, write_exclusive
 from oracles.sidecar import find_sidecar, load_npz
 from oracles.units import Unit
-from oracles.units_reader import unit_array, units_of
+from oracles.units_reader import no_units, unit_array, units_of
 
 #: 3: units keyed with their pin; rows name both pins and engines; ``pins`` holds one entry a pin pair.
 SCHEMA = 3
@@ -112,10 +112,14 @@ def _pairs(args: argparse.Namespace, ref_receipt: dict[str, Any], port_receipt: 
     """The pin pairs to compare (:func:`oracles.compare.plan`) from the two receipts' units.
 
     Raises:
-        ReceiptError: a malformed unit (:func:`oracles.units_reader.units_of`), an engine or pin not present,
+        ReceiptError: a malformed unit (:func:`oracles.units_reader.units_of`), a receipt without units
+            (:func:`oracles.units_reader.no_units`), an engine or pin not present,
             the reference as its own port.
     """
     ref_all, port_all = units_of(ref_receipt, args.ref), units_of(port_receipt, args.port)
+    for units, receipt, path in ((ref_all, ref_receipt, args.ref), (port_all, port_receipt, args.port)):
+        if not units:  # before naming engines: "engine 'torch' not present" would hide that nothing is
+            raise ReceiptError(no_units(receipt, path))
     ref_engine = _ref_engine(ref_all, ref_receipt, args.ref_engine, args.ref)
     if args.port_engine:
         _present(port_all, args.port_engine, args.port, "--port-engine")
