@@ -140,10 +140,32 @@ def _argmax_agreement(r: Unit, p: Unit, divergent: int | None) -> dict[str, floa
     return {"argmax_agreement": float(np.mean(np.asarray(r.argmax[:n]) == np.asarray(p.argmax[:n])))}
 
 
+def _at_rows(fig: dict[str, Any], r: Unit, p: Unit) -> tuple[dict[str, Any], str]:
+    """``fig`` (:func:`oracles.checks.port.port_figures` of two units' arrays) with its row indices
+    renumbered to the rows the arrays hold (:attr:`oracles.units.Unit.array_rows`), and those rows named.
+
+    A decode unit stores its last step's logits only: row 0 of the array is step 63 of a 64-step decode,
+    and the family's own test, which holds every step, says 63; so must the comparison. The reference's
+    numbering is used; a port unit whose array is another row is named beside it.
+    """
+    at = r.array_rows
+    name = f"{r.spec.row} {', '.join(map(str, at))}"
+    if p.array_rows != at:
+        name += f" (port: {r.spec.row} {', '.join(map(str, p.array_rows))})"
+    if len(at) != fig.get("rows"):
+        return fig, name
+    fig = {**fig, "max_abs_at": [at[fig["max_abs_at"][0]], *fig["max_abs_at"][1:]],
+           "kl_argmax_row": at[fig["kl_argmax_row"]],
+           "disagreements": [{**d, "row": at[d["row"]]} for d in fig["disagreements"]]}
+    return fig, name
+
+
 def compare_pair(r: Unit, p: Unit, a: np.ndarray | None, b: np.ndarray | None) -> dict[str, Any]:
     """One comparison row of a matched pair (``r`` reference, ``p`` port, ``a``/``b`` their logits):
-    figures, ``failures`` (one line each, reasons for exit 1), ``held`` (what was held to a threshold:
-    ``tokens`` of a greedy kind, ``logits``, ``read-out``), ``status`` and ``ok``.
+    figures, ``failures`` (one line each, reasons for exit 1; the first logits failure names the step,
+    position or turn the array holds, numbered as the family's own test numbers its rows: ``logits_at``),
+    ``held`` (what was held to a threshold: ``tokens`` of a greedy kind, ``logits``, ``read-out``),
+    ``status`` and ``ok``.
 
     ``status`` is ``"FAIL"`` (``ok`` False) when a failure is listed, ``"ok"`` (``ok`` True) when
     something was held and passed, and ``"recorded only"`` (``ok`` None) when nothing but the prompt
@@ -176,10 +198,15 @@ def compare_pair(r: Unit, p: Unit, a: np.ndarray | None, b: np.ndarray | None) -
             fig, fails = {}, [*fails, str(exc)]
         row.update({k: fig[k] for k in ("max_abs", "nmse", "kl_mean", "kl_max", "bit_equal") if k in fig})
         if fig:
+            fig, row["logits_at"] = _at_rows(fig, r, p)
+            row["max_abs_at"] = fig["max_abs_at"]
             held.append("logits")
             if r.keys is not None:
                 row["argmax_agreement"] = fig["argmax_agreement"]
-            fails += threshold_failures(fig)
+            logit_fails = threshold_failures(fig)
+            if logit_fails and spec.row != "slot":  # a read-out's one row is its slot: nothing to name
+                logit_fails[0] = f"{spec.array} of {row['logits_at']}: {logit_fails[0]}"
+            fails += logit_fails
     if r.keys is not None and p.keys is not None:
         if r.keys != p.keys:
             fails.append(f"read-out keys differ: reference {list(r.keys)} vs port {list(p.keys)}")

@@ -39,13 +39,19 @@ class Kind:
     when ``rows`` is None, ``[1, V]`` when ``rows`` is 1; ``array_required`` False where a unit may
     have none (a generation that produced no step). ``greedy``: its tokens are chosen by argmax, so a
     divergent token is a failure. ``unit``: what the ``unit`` field names ("" allowed when it names
-    nothing: the record is the unit).
+    nothing: the record is the unit). ``family``: the family whose tests attach it
+    (tests/unit/test_compare_no_units.py holds this to the suite). ``row``: what the array's row is, in
+    the numbering the family's own tests report rows in (:attr:`Unit.array_rows`): ``position`` (the
+    prompt's last), ``step`` (the last decode step; step 0 comes from the prefill), ``turn`` (the unit's
+    turn, from 0), ``slot`` (the read-out's answer slot, its one row).
     """
 
     name: str
     holds: str
     fields: frozenset[str]
     array: str
+    family: str
+    row: str
     rows: int | None = None
     array_required: bool = True
     greedy: bool = False
@@ -56,31 +62,33 @@ class Kind:
         return "[1, V]" if self.rows else "[V]"
 
 
-def _kind(name: str, holds: str, carries: str, array: str, **kw: Any) -> Kind:
-    return Kind(name, holds, frozenset(carries.split()), array, **kw)
+def _kind(name: str, holds: str, carries: str, array: str, family: str, row: str, **kw: Any) -> Kind:
+    return Kind(name, holds, frozenset(carries.split()), array, family, row, **kw)
 
 
 _READOUT = "the question id"
 #: Every kind a unit may be, the one table writer and readers share.
 KINDS: dict[str, Kind] = {k.name: k for k in (
     _kind("prefill", "a prompt record's cold prefill: per-position argmax, the last row's logits [V]", "argmax",
-          "last_logits", greedy=True),
+          "last_logits", "mtplx", "position", greedy=True),
     _kind("decode", "greedy decode through the cache to a stop token: tokens, per-step argmax, the last step's "
-                    "logits [V]", "tokens argmax", "last_logits", greedy=True),
+                    "logits [V]", "tokens argmax", "last_logits", "mtplx", "step", greedy=True),
     _kind("generate-greedy", "the engine's own greedy generation: tokens, per-step argmax, the last step's logits "
-                             "[V] (none when no step ran)", "tokens argmax", "last_logits", array_required=False,
-          greedy=True),
+                             "[V] (none when no step ran)", "tokens argmax", "last_logits", "mtplx", "step",
+          array_required=False, greedy=True),
     _kind("generate-sampled", "the engine's own seeded sampled generation: as generate-greedy, its tokens only "
-                              "recorded", "tokens argmax", "last_logits", array_required=False),
+                              "recorded", "tokens argmax", "last_logits", "mtplx", "step", array_required=False),
     _kind("chat", "one chat turn through the live cache: the suffix ids, the greedy tokens, the warm next-token "
-                  "logits [V]", "tokens", "warm_logits", greedy=True, unit="turn<n>"),
+                  "logits [V]", "tokens", "warm_logits", "mtplx_chat", "turn", greedy=True, unit="turn<n>"),
     _kind("d1-row", "a d1 question read out on its own row: keys, probabilities, slot logits [1, V]", "readout",
-          "slot_logits", rows=1, unit=_READOUT),
-    _kind("d1-tree", "a d1 question read out on its tree branch: as d1-row", "readout", "slot_logits", rows=1,
-          unit=_READOUT),
+          "slot_logits", "d1", "slot", rows=1, unit=_READOUT),
+    _kind("d1-tree", "a d1 question read out on its tree branch: as d1-row", "readout", "slot_logits", "d1",
+          "slot", rows=1, unit=_READOUT),
     _kind("clef-row", "a question about pictures in one arm (request_sha256 names record and arm): as d1-row",
-          "readout", "slot_logits", rows=1, unit=_READOUT),
+          "readout", "slot_logits", "clef", "slot", rows=1, unit=_READOUT),
 )}
+#: The families whose tests attach units (a receipt without units is told to run one of them).
+ATTACHED_BY: tuple[str, ...] = tuple(dict.fromkeys(k.family for k in KINDS.values()))
 
 
 @dataclass(frozen=True)
@@ -118,6 +126,22 @@ class Unit:
     @property
     def spec(self) -> Kind:
         return KINDS[self.kind]
+
+    @property
+    def array_rows(self) -> tuple[int, ...]:
+        """Per row of the unit's array, its index in the numbering :attr:`Kind.row` names.
+
+        A prefill holds one argmax per position and a decode or generation one per step, and its array is
+        the last of those rows: index ``len(argmax) - 1``. A chat turn's is the turn (``turn<n>``: n - 1);
+        a read-out's one row is the slot (0). Empty when there is no array (a generation without a step).
+        Derived from what a unit already holds, so receipts written before this read the same.
+        """
+        row = self.spec.row
+        if row in ("position", "step"):  # no argmax: no step ran, and there is no array
+            return (len(self.argmax) - 1,) if self.argmax else ()
+        if row == "turn" and self.unit.removeprefix("turn").isdigit():
+            return (int(self.unit.removeprefix("turn")) - 1,)
+        return tuple(range(self.spec.rows or 1))
 
     def to_json(self) -> dict[str, Any]:
         """The stored form: the fields, lists for tuples, absent fields left out (``test`` never stored)."""

@@ -15,7 +15,7 @@ import numpy as np
 
 from oracles.errors import ReceiptError
 from oracles.receipts import SCHEMA_VERSION
-from oracles.units import DATA_KEY, BadField, Unit, parse_unit
+from oracles.units import ATTACHED_BY, DATA_KEY, BadField, Unit, parse_unit
 
 
 def check_schema(receipt: Any, path: Path) -> None:
@@ -64,6 +64,24 @@ def units_of(receipt: Any, path: Path) -> list[Unit]:
                 raise ReceiptError(f"{path}: record {test}: field {name!r} {bad.problem}") from None
             out.append(replace(u, test=test))
     return out
+
+
+def no_units(receipt: dict[str, Any], path: Path) -> str:
+    """Why a receipt of this schema holds no unit, in one line: which families attach units
+    (:data:`oracles.units.ATTACHED_BY`) and which its tests ran (each test record's ``family``).
+
+    A port-family test holds the port against the reference inside the test and attaches none, so a
+    ``-m port`` run's receipt is told apart from one whose engine is missing.
+    """
+    ran: dict[str, int] = {}
+    for t in receipt["tests"]:
+        family = str(t.get("family") or "none") if isinstance(t, dict) else "none"
+        ran[family] = ran.get(family, 0) + 1
+    tests = ", ".join(f"{f} {n}" for f, n in ran.items())
+    return (f"{path}: holds no comparable units at all: its {len(receipt['tests'])} tests "
+            f"{f'(families: {tests}) ' if ran else ''}attached none; units are attached by tests of families "
+            f"{', '.join(ATTACHED_BY)} (a port-family test holds the port against the reference in the test "
+            f"and attaches none)")
 
 
 def unit_array(u: Unit, npz: Any, path: Path) -> np.ndarray | None:

@@ -13,11 +13,13 @@ Units present in one receipt only are listed (a port may run a sample), not an e
 summary line says so; ``--require-all`` makes a reference unit without a port unit a failure. A
 sampled generation whose tokens diverged is "recorded only": nothing in it is held to a threshold.
 The npz sidecar is the one the JSON names, else the JSON's namesake ``<stem>.npz`` (said when used).
-A comparison JSON is written exclusively: a taken ``--out`` is refused before anything is computed.
+A comparison JSON is written exclusively, after every input is checked (a bad input is refused first): a
+taken ``--out`` is refused before anything is printed; the default name gains ``-2``, ``-3`` ... when taken
+(two comparisons in one second), never overwriting one.
 Exit status: 0 all held units within thresholds; 1 a threshold passed, no unit matched or held, or
-(``--require-all``) a reference unit unmatched; 2 bad input (a receipt of another schema, an engine
-or pin the receipt lacks, the reference compared with its own records, a missing npz sidecar, a unit
-without its array, a malformed field: file, record and field named). No torch import.
+(``--require-all``) a reference unit unmatched; 2 bad input (a receipt of another schema, one without
+units, an engine or pin the receipt lacks, the reference compared with its own records, a missing npz
+sidecar, a unit without its array, a malformed field: file, record and field named). No torch import.
 """
 
 from __future__ import annotations
@@ -25,14 +27,14 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from oracles.compare import LEGEND, PinPair, compare_pair, listing, plan, summary_figures, table, worst_line
 from oracles.errors import ReceiptError
 from oracles.receipt_files import dump_json, load_json, write_exclusive
 from oracles.sidecar import find_sidecar, load_npz
 from oracles.units import Unit
-from oracles.units_reader import unit_array, units_of
+from oracles.units_reader import no_units, unit_array, units_of
 
 #: 3: units keyed with their pin; rows name both pins and engines; ``pins`` holds one entry a pin pair.
 SCHEMA = 3
@@ -52,7 +54,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="exit 1 when a reference unit has no port unit "
                              "(default: listed, not failed, as a port may run a sample)")
     parser.add_argument("--out", type=Path, default=None,
-                        help="comparison JSON to create; default receipts/compare/<UTC time>-<REF stem>-vs-<PORT stem>.json")
+                        help="comparison JSON to create (refused when it exists); default receipts/compare/<UTC time>-<REF "
+                             "stem>-vs-<PORT stem>.json, or -2, -3 ... before .json when that is taken")
 
 
 def _ref_engine(units: list[Unit], receipt: dict[str, Any], wanted: str | None, path: Path) -> str:
@@ -80,27 +83,43 @@ def _same_records(args: argparse.Namespace, ref_receipt: dict[str, Any], port_re
     return args.ref.resolve() == args.port.resolve() or (run_id is not None and run_id == port_receipt.get("run_id"))
 
 
-def _out_path(args: argparse.Namespace) -> Path:
-    """The comparison's path, refused at once when taken (before anything is computed).
+def _refuse_taken(out: Path | None) -> None:
+    """Refuse an explicit ``--out`` that exists (checked once the inputs hold, before anything is printed).
 
     Raises:
         ReceiptError: the file exists (a comparison is never overwritten).
     """
-    out: Path = args.out or (Path("receipts") / "compare" /
-                             f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{args.ref.stem}-vs-{args.port.stem}.json")
-    if out.exists() or out.is_symlink():
+    if out is not None and (out.exists() or out.is_symlink()):
         raise ReceiptError(f"{out}: already exists; a comparison is never overwritten (choose another --out)")
-    return out
+
+
+def _default_names(args: argparse.Namespace) -> Iterator[Path]:
+    """``receipts/compare/<UTC time>-<REF stem>-vs-<PORT stem>.json``, then ``-2``, ``-3`` ... (the time is to
+    the second, so two comparisons in one second share it; each name is tried exclusively by :func:`_write`)."""
+    stem = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{args.ref.stem}-vs-{args.port.stem}"
+    folder = Path("receipts") / "compare"
+    yield folder / f"{stem}.json"
+    for n in range(2, _MAX_SUFFIX + 1):
+        yield folder / f"{stem}-{n}.json"
+
+
+#: The most default names tried in one second before giving up (a bound, so a folder that refuses every
+#: name for another reason cannot loop forever).
+_MAX_SUFFIX = 1000
 
 
 def _pairs(args: argparse.Namespace, ref_receipt: dict[str, Any], port_receipt: dict[str, Any]) -> list[PinPair]:
     """The pin pairs to compare (:func:`oracles.compare.plan`) from the two receipts' units.
 
     Raises:
-        ReceiptError: a malformed unit (:func:`oracles.units_reader.units_of`), an engine or pin not present,
+        ReceiptError: a malformed unit (:func:`oracles.units_reader.units_of`), a receipt without units
+            (:func:`oracles.units_reader.no_units`), an engine or pin not present,
             the reference as its own port.
     """
     ref_all, port_all = units_of(ref_receipt, args.ref), units_of(port_receipt, args.port)
+    for units, receipt, path in ((ref_all, ref_receipt, args.ref), (port_all, port_receipt, args.port)):
+        if not units:  # before naming engines: "engine 'torch' not present" would hide that nothing is
+            raise ReceiptError(no_units(receipt, path))
     ref_engine = _ref_engine(ref_all, ref_receipt, args.ref_engine, args.ref)
     if args.port_engine:
         _present(port_all, args.port_engine, args.port, "--port-engine")
@@ -128,7 +147,6 @@ def _print_pairs(pairs: list[PinPair], rows: dict[int, list[dict[str, Any]]]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    out = _out_path(args)
     ref_receipt, port_receipt = load_json(args.ref), load_json(args.port)
     pairs = _pairs(args, ref_receipt, port_receipt)
     ref_npz_path, ref_note = find_sidecar(ref_receipt, args.ref)
@@ -136,6 +154,7 @@ def run(args: argparse.Namespace) -> int:
     ref_npz, port_npz = load_npz(ref_npz_path, args.ref), load_npz(port_npz_path, args.port)
     rows = {n: [compare_pair(r, p, unit_array(r, ref_npz, args.ref), unit_array(p, port_npz, args.port))
                 for r, p in pair.matched] for n, pair in enumerate(pairs)}
+    _refuse_taken(args.out)  # every input refusal above comes first: a bad input is the thing to fix
     every = [row for n in rows for row in rows[n]]
     ref_only = [u for pair in pairs for u in pair.ref_only]
     port_only = [u for pair in pairs for u in pair.port_only]
@@ -165,21 +184,34 @@ def run(args: argparse.Namespace) -> int:
               "unmatched": {"ref_only": [[*u.key, u.label] for u in ref_only],
                             "port_only": [[*u.key, u.label] for u in port_only]},
               "all_ok": held and all(r["ok"] is not False for r in every) and not (args.require_all and ref_only)}
-    _write(out, result)
+    out = _write(args, result)
     print(f"comparison: {out}")
     return 0 if result["all_ok"] else 1
 
 
-def _write(out: Path, result: dict[str, Any]) -> None:
-    """Create the comparison JSON exclusively.
+def _write(args: argparse.Namespace, result: dict[str, Any]) -> Path:
+    """Create the comparison JSON exclusively: at ``--out``, else at the first free default name.
+
+    Returns:
+        The path written.
 
     Raises:
-        ReceiptError: its folder cannot be made, or the file was taken meanwhile (called a comparison).
+        ReceiptError: its folder cannot be made or written; ``--out`` was taken meanwhile (called a
+            comparison); every default name of this second is taken.
     """
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        write_exclusive(out, dump_json(result))
-    except OSError as exc:
-        raise ReceiptError(f"{out.parent}: cannot create the comparison's folder: {exc.strerror or exc}") from exc
-    except ReceiptError as exc:  # taken since the check at the start (another run): say what it is
-        raise ReceiptError(str(exc).replace("receipts are never overwritten", "a comparison is never overwritten")) from exc
+    data = dump_json(result)
+    for out in [args.out] if args.out is not None else _default_names(args):
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ReceiptError(f"{out.parent}: cannot create the comparison's folder: {exc.strerror or exc}") from exc
+        try:
+            write_exclusive(out, data)
+            return out
+        except ReceiptError as exc:
+            if not isinstance(exc.__cause__, FileExistsError):
+                raise
+            if args.out is not None:  # taken since the check (another run): say what it is
+                raise ReceiptError(f"{out}: already exists; a comparison is never overwritten (choose another "
+                                   f"--out)") from exc
+    raise ReceiptError(f"{out}: already exists, as does every default name before it this second; choose --out")

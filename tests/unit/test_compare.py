@@ -43,9 +43,10 @@ def test_compare_within_thresholds(tmp_path: Path, capsys: pytest.CaptureFixture
 
 def test_compare_never_overwrites(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     ref = write(tmp_path / "a", "ref", [decode("torch", logits(), [5, 2])])
+    port = write(tmp_path / "b", "port", [decode("mlx", logits(), [5, 2])])
     out = tmp_path / "cmp.json"
     out.write_text("keep")
-    assert _compare(ref, ref, out) == 2
+    assert _compare(ref, port, out) == 2
     assert out.read_text() == "keep" and "never overwritten" in capsys.readouterr().err
 
 

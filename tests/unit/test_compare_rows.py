@@ -1,0 +1,83 @@
+"""A unit's logits row is numbered as its family's own test numbers it: a decode stores its last step's
+logits only, so a mismatch there is at step N - 1 (the test holding every step says so), never at row 0."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from units_fake import PIN, SHA, decode, logits, readout, slot, write
+
+from oracles.checks.port import MAX_ABS_LOGIT
+from oracles.cli import main
+from oracles.units import KINDS, Unit
+
+pytestmark = [pytest.mark.dry]
+
+
+def _spiked(x: np.ndarray, token: int) -> np.ndarray:
+    out = x.copy()
+    out[..., token] += np.float32(10 * MAX_ABS_LOGIT)
+    return out
+
+
+def _row(tmp_path: Path, ref_unit: dict[str, Any], port_unit: dict[str, Any]) -> dict[str, Any]:
+    ref, port = write(tmp_path / "a", "ref", [ref_unit]), write(tmp_path / "b", "port", [port_unit])
+    out = tmp_path / "c.json"
+    assert main(["compare", str(ref), str(port), "--out", str(out)]) == 1
+    row: dict[str, Any] = json.loads(out.read_text())["rows"][0]
+    return row
+
+
+def test_decode_mismatch_names_the_last_step(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Four steps decoded: the stored row is step 3, as test_decode_vs_reference numbers it."""
+    base, tokens = logits(), [5, 6, 7, 2]
+    row = _row(tmp_path, decode("torch", base, tokens), decode("mlx", _spiked(base, 9), tokens))
+    assert row["logits_at"] == "step 3" and row["max_abs_at"] == [3, 9]
+    assert row["failures"][0].startswith("last_logits of step 3: max |Δlogit|")
+    assert row["failures"][0].endswith("at (row, token) [3, 9]") and not any("row 0" in f for f in row["failures"])
+    assert "[3, 9]" in capsys.readouterr().out
+
+
+def test_prefill_mismatch_names_the_last_position(tmp_path: Path) -> None:
+    base = logits()
+
+    def prefill(engine: str, x: np.ndarray) -> dict[str, Any]:
+        return {"test": f"t.py::test_prefill_comparable[{PIN}-ping-{engine}]", "kind": "prefill", "request_sha256": SHA,
+                "pin": PIN, "engine": engine, "record": "ping", "ids": [1, 2, 3, 4, 5], "argmax": [1, 1, 1, 1, 9],
+                "arrays": {"last_logits": x}}
+
+    row = _row(tmp_path, prefill("torch", base), prefill("mlx", _spiked(base, 11)))
+    assert row["logits_at"] == "position 4" and row["max_abs_at"] == [4, 11]
+
+
+def test_chat_mismatch_names_the_turn(tmp_path: Path) -> None:
+    base = logits()
+
+    def turn(engine: str, x: np.ndarray) -> dict[str, Any]:
+        return {"test": f"t.py::test_turns_finish_with_stop[brief-{engine}]", "kind": "chat", "request_sha256": SHA,
+                "pin": PIN, "engine": engine, "record": "brief", "unit": "turn2", "ids": [1, 2], "tokens": [5, 2],
+                "arrays": {"warm_logits": x}}
+
+    row = _row(tmp_path, turn("torch", base), turn("mlx", _spiked(base, 7)))
+    assert row["logits_at"] == "turn 1" and row["max_abs_at"] == [1, 7]  # test_chat_vs_reference stacks turns from 0
+
+
+def test_readout_row_is_its_slot(tmp_path: Path) -> None:
+    """A read-out's one row is its slot: row 0, and no prefix (nothing is renumbered)."""
+    x = slot(1)
+    row = _row(tmp_path, readout("torch", "q1", x), readout("mlx", "q1", _spiked(x, 20)))
+    assert row["logits_at"] == "slot 0" and row["max_abs_at"] == [0, 20]
+    assert row["failures"][0].startswith("max |Δlogit|")
+
+
+def test_array_rows_need_nothing_stored() -> None:
+    """Every kind's row comes from what a unit already held, so receipts written before read the same; a
+    generation without steps has no array and no row index to take."""
+    assert {k.row for k in KINDS.values()} == {"position", "step", "turn", "slot"}
+    gen = Unit("generate-greedy", SHA, "", PIN, "e", "arith", (1, 2), (5, 6, 2), (5, 6, 2))
+    assert gen.array_rows == (2,) and "row" not in gen.to_json()
+    assert Unit("generate-greedy", SHA, "", PIN, "e", "arith", (1,), (), ()).array_rows == ()
