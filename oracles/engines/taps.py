@@ -45,6 +45,8 @@ class Taps:
     hidden: ``[T, D]``, the final norm's output (what the head read).
     logits: ``[T, V]``, the head's output.
     mixers: per layer, the attribute name of its token mixer (``self_attn`` / ``linear_attn``).
+    down_in_absmax: ``[L]``, max |x| of each layer's MLP down-projection input (the widest activation in
+    a gated MLP, what an fp16 port overflows first), where the engine taps it; else None.
     """
 
     stream: np.ndarray
@@ -53,6 +55,7 @@ class Taps:
     hidden: np.ndarray
     logits: np.ndarray
     mixers: list[str]
+    down_in_absmax: np.ndarray | None = None
 
 
 def find_child(layer: Any, names: Sequence[str], what: str) -> str:
@@ -76,8 +79,8 @@ def _child(layer: Any, name: str) -> Any:
 
 def torch_taps(engine: TorchReference, ids: Sequence[int]) -> Taps:
     """Taps of a :class:`oracles.engines.torch_ref.TorchReference` (or an engine that wraps its model
-    and has the same ``forward(layers=True)``): forward hooks on each layer's mixer and MLP, removed
-    before returning.
+    and has the same ``forward(layers=True)``): forward hooks on each layer's mixer and MLP and a pre-hook
+    on the MLP's ``down_proj`` (its input's absmax), removed before returning.
 
     Raises:
         LookupError: a layer without a recognised mixer or MLP child.
@@ -91,16 +94,29 @@ def torch_taps(engine: TorchReference, ids: Sequence[int]) -> Taps:
             rows[(kind, index)] = output[0] if isinstance(output, tuple) else output
         return hook
 
+    down: list[float | None] = [None] * len(layers)
+
+    def peak(index: int) -> Any:
+        def hook(_module: Any, args: Any) -> None:
+            down[index] = max(down[index] or 0.0, float(args[0].detach().abs().max()))
+        return hook
+
     handles = []
     try:
         for i, (layer, mixer) in enumerate(zip(layers, mixers)):
+            mlp = _child(layer, find_child(layer, MLP_NAMES, "MLP"))
             handles.append(_child(layer, mixer).register_forward_hook(keep("attn", i)))
-            handles.append(_child(layer, find_child(layer, MLP_NAMES, "MLP")).register_forward_hook(keep("mlp", i)))
+            handles.append(mlp.register_forward_hook(keep("mlp", i)))
+            if (proj := _child(mlp, "down_proj")) is not None:  # transformers' gated MLPs name it so
+                handles.append(proj.register_forward_pre_hook(peak(i)))
         step = engine.forward(list(ids), layers=True)
     finally:
         for h in handles:
             h.remove()
-    return _assemble(step, rows, len(layers), mixers, lambda t: t.detach().float().cpu().numpy())
+    taps = _assemble(step, rows, len(layers), mixers, lambda t: t.detach().float().cpu().numpy())
+    if all(v is not None for v in down):
+        taps.down_in_absmax = np.asarray(down, dtype=np.float32)
+    return taps
 
 
 class _Recorder:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -19,7 +20,7 @@ import pytest
 
 from oracles.checks.absmax import FP16_MAX, headroom, row_stats
 from oracles.cli import main as cli_main
-from oracles.engines.base import Engine
+from oracles.engines.base import Engine, Unsupported
 from oracles.errors import TokensMissing
 from oracles.families import DEFAULT_PIN, clef
 from oracles.families.clef_run import absmax_record
@@ -65,10 +66,15 @@ def _ids(engine: Engine, runs: Runs, run: str) -> list[int]:
 @pytest.mark.survey
 @pytest.mark.parametrize("run", SURVEY_RUNS, scope="module")
 def test_text_absmax(reference: Engine, runs: Runs, pin: str, run: str, receipt: Receipt) -> None:
-    """Per layer absmax of the pin's residual stream on the reference, for ``oracles survey``; a model
+    """Per layer absmax of the pin's residual stream on the reference, and of each MLP's down-projection
+    input where the reference taps inside its layers (``Engine.taps``), for ``oracles survey``; a model
     whose layers the reference cannot tap skips naming why (``Unsupported``)."""
     ids = _ids(reference, runs, run)
-    step = reference.forward(ids, layers=True)
+    try:
+        taps = reference.taps(ids)
+        step: Any = SimpleNamespace(layers=taps.stream, hidden=taps.hidden, down_in_absmax=taps.down_in_absmax)
+    except Unsupported:  # the stream alone: no down-projection figures
+        step = reference.forward(ids, layers=True)
     shape = (reference.num_layers + 1, len(ids), reference.hidden_size)
     assert step.layers is not None and step.layers.shape == shape, \
         f"{run}: residual stream {None if step.layers is None else step.layers.shape}, expected {shape}"
@@ -76,6 +82,9 @@ def test_text_absmax(reference: Engine, runs: Runs, pin: str, run: str, receipt:
     receipt.update(kind="absmax", pin=pin, engine=reference.id, **figures)
     top = max(figures["layers"], key=lambda s: s["overall"])
     assert top["overall"] < FP16_MAX, f"{pin} {run}: residual |x| {top['overall']} passes float16's {FP16_MAX}"
+    down = figures["mlp_down_in"] or []
+    over = [(i, v) for i, v in enumerate(down) if not v < FP16_MAX]
+    assert not over, f"{pin} {run}: MLP down-projection input |x| passes float16's {FP16_MAX} at (layer, value) {over}"
 
 
 # -- the command on known figures (no weights; matplotlib) -----------------------------------------
