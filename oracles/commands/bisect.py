@@ -132,12 +132,15 @@ def run(args: argparse.Namespace) -> int:
     record = _record(args.record)  # bad input is refused before minutes of loading
     if args.reference.startswith(FAULT_PREFIX):
         raise OracleError(f"--reference {args.reference}: a fault port is a port (--port); the reference is an engine id")
-    if args.port.startswith(FAULT_PREFIX):
-        from oracles.faults import CONTROL, FAULTS
+    from oracles.faults import CONTROL, FAULTS
 
+    if args.port.startswith(FAULT_PREFIX):
         name = args.port[len(FAULT_PREFIX):]
         if name != CONTROL and name not in FAULTS:
             raise OracleError(f"unknown fault {name!r}; known: {CONTROL}, {', '.join(FAULTS)}")
+    elif args.port == args.reference:
+        raise OracleError(f"--port {args.port}: the reference itself, which can name no stage; the faithful "
+                          f"control to hold against it is --port {FAULT_PREFIX}{CONTROL}")
     pin = load_pin(args.pin)
     root = args.snapshot or snapshot_dir(pin)
     verify_snapshot(pin, root)

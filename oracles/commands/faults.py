@@ -75,7 +75,8 @@ def collect(receipt: Any, path: Path) -> tuple[list[dict[str, Any]], dict[tuple[
         rows.append({"pin": pin, "fault": fault, "title": data.get("title", ""), "checks": checks,
                      "outcome": t.get("outcome"), "order": order if isinstance(order, list) else []})
     if not rows:
-        raise FixtureError(f"{path}: no fault panel records (run: pytest tests/faults -m faults --runslow)")
+        raise FixtureError(f"{path}: no fault panel records "
+                           f"(run: pytest --pyargs oracles.suite -m faults --runslow [--pin NAME])")
     # the panel's order (pins as they first appear, then the control and the faults as the issue lists
     # them); xdist finishes tests in any order
     pins = list(dict.fromkeys(r["pin"] for r in rows))

@@ -162,7 +162,15 @@ class QkInterleaved(Fault):
         return next((i for i in found if i >= engine.num_layers // 3), found[-1] if found else None)
 
     def why_not(self, engine: Faultable) -> str | None:
-        return None if self.layer(engine) is not None else "no softmax-attention layer"
+        index = self.layer(engine)
+        if index is None:
+            return "no softmax-attention layer"
+        attn = decoder(engine).layers[index].self_attn
+        if not (hasattr(attn, "q_proj") and hasattr(attn, "k_proj")):
+            # convert_hf_to_gguf.py permutes separate q and k tensors (LlamaModel); a fused qkv_proj
+            # (Phi3) is written another way, so this fault has no faithful form there
+            return f"no separate q_proj/k_proj in {type(attn).__name__} (fused projection)"
+        return None
 
     def stage(self, engine: Faultable) -> str | None:
         return f"layer {self.layer(engine)}"

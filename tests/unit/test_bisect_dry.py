@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import pytest
@@ -154,9 +154,30 @@ def test_localise_names_the_engine_it_cannot_localise() -> None:
     (["bisect", "--port", "mlx", "--record", "readmex"], "unknown record 'readmex'; known: arith, ping, readme"),
     (["bisect", "--reference", "fault:gate_up_swapped", "--port", "torch"],
      "--reference fault:gate_up_swapped: a fault port is a port (--port); the reference is an engine id"),
+    (["bisect", "--port", "torch"], "--port torch: the reference itself, which can name no stage; the faithful "
+                                    "control to hold against it is --port fault:faithful"),
 ])
 def test_cli_refuses_bad_input_before_loading(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     from oracles.cli import main
 
     assert main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+def test_qk_fault_refuses_a_fused_projection_naming_it() -> None:
+    """Phi3 keeps q, k and v in one ``qkv_proj``: the GGUF q/k permute has no faithful form there, so the
+    fault port is refused naming the attention class (before: an AttributeError traceback in bisect)."""
+    from types import SimpleNamespace
+
+    from oracles.faults.kinds import QkInterleaved
+
+    class Phi3Attention:
+        qkv_proj = object()
+
+    def engine(attn: object) -> Any:
+        layers = [SimpleNamespace(_modules={"self_attn": attn}, self_attn=attn) for _ in range(3)]
+        return SimpleNamespace(num_layers=3, model=SimpleNamespace(get_decoder=lambda: SimpleNamespace(layers=layers)))
+
+    assert QkInterleaved().why_not(engine(Phi3Attention())) == \
+        "no separate q_proj/k_proj in Phi3Attention (fused projection)"
+    assert QkInterleaved().why_not(engine(SimpleNamespace(q_proj=1, k_proj=2))) is None  # positive control

@@ -28,10 +28,10 @@ def cells(status: dict[str, str], default: str = "passed") -> dict[str, dict[str
 
 def receipt(tmp_path: Path, rows: list[tuple[str, str, dict[str, dict[str, Any]]]],
             bisects: list[tuple[str, str, str | None, str | None]]) -> Path:
-    tests = [{"nodeid": f"tests/faults/test_fault_panel.py::test_detection[{p}-{f}]", "outcome": "passed",
+    tests = [{"nodeid": f"oracles/suite/test_fault_panel.py::test_detection[{p}-{f}]", "outcome": "passed",
               "data": {"kind": "fault-detection", "pin": p, "fault": f, "title": f"{f} title", "checks": c,
                        "order": [i]}} for i, (p, f, c) in enumerate(rows)]
-    tests += [{"nodeid": f"tests/faults/test_fault_panel.py::test_bisect_names_injected_stage[{p}-{f}]",
+    tests += [{"nodeid": f"oracles/suite/test_fault_panel.py::test_bisect_names_injected_stage[{p}-{f}]",
                "outcome": "passed", "data": {"kind": "fault-bisect", "pin": p, "fault": f, "expected": e, "named": n}}
               for p, f, e, n in bisects]
     path = tmp_path / "r.json"
