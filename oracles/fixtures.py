@@ -91,30 +91,77 @@ def verified_snapshot(pytestconfig: pytest.Config, snapshot_overrides: dict[str,
 @pytest.fixture(scope="session")
 def engines(pytestconfig: pytest.Config, verified_snapshot: Callable[[str], Path]) -> Engines:
     """``engines(engine_id, pin)``: the engine, built once per session per worker (skipped, naming
-    why, where it cannot run here)."""
-    from oracles.engines import engine_class, unavailable_reason
+    why, where it cannot run here; a failed build fails every test of the pair: :class:`EngineLoader`)."""
     from oracles.state import emit, settings_of
 
-    loaded: dict[tuple[str, str], Engine] = {}
-    threads = pytestconfig.getoption("oracle_threads")
     settings = settings_of(pytestconfig)
+    return EngineLoader(verified_snapshot, pytestconfig.getoption("oracle_threads"), settings.engine_kwargs,
+                        lambda event, **fields: emit(pytestconfig, event, **fields)).get
 
-    def get(engine_id: str, pin: str) -> Engine:
+
+class EngineLoader:
+    """Engines by (engine id, pin), each built at most once.
+
+    A build that fails (an architecture the engine cannot load, a tokenizer that disagrees with the
+    pin's recorded ids: :func:`oracles.tokenizer.canary_disagreement`) is remembered as one line, and
+    every test of that (engine, pin) fails with it (no traceback) without loading the weights again:
+    a pin no engine can load would otherwise cost a load and a traceback per test.
+    """
+
+    def __init__(self, verified_snapshot: Callable[[str], Path], threads: int,
+                 engine_kwargs: Callable[[str], dict[str, Any]], emit: Callable[..., None]) -> None:
+        self.verified_snapshot, self.threads, self.engine_kwargs, self.emit = (verified_snapshot, threads,
+                                                                               engine_kwargs, emit)
+        self.built: dict[tuple[str, str], Engine | str] = {}
+
+    def get(self, engine_id: str, pin: str) -> Engine:
+        from oracles.engines import engine_class, unavailable_reason
+
         key = (engine_id, pin)
-        if key not in loaded:
+        if key not in self.built:
             reason = unavailable_reason(engine_id)
             if reason:
                 pytest.skip(f"engine {engine_id}: {reason}")
-            root = verified_snapshot(pin)
-            cls = engine_class(engine_id)
-            start = time.perf_counter()
-            engine = cls(root, pin, threads, **settings.engine_kwargs(engine_id))
-            seconds = time.perf_counter() - start
-            emit(pytestconfig, "engine_loaded", name=engine_id, pin=pin, seconds=round(seconds, 4), **engine.describe())
-            loaded[key] = engine
-        return loaded[key]
+            root = self.verified_snapshot(pin)
+            self.built[key] = self.build(engine_class(engine_id), root, pin)
+        result = self.built[key]
+        if isinstance(result, str):
+            pytest.fail(result, pytrace=False)
+        return result
 
-    return get
+    def build(self, cls: "type[Engine]", root: Path, pin: str) -> "Engine | str":
+        """The engine, or the one line every test of this (engine, pin) fails with."""
+        from oracles.errors import OracleError
+        from oracles.tokenizer import canary_disagreement
+
+        start = time.perf_counter()
+        try:
+            engine = cls(root, pin, self.threads, **self.engine_kwargs(cls.id))
+        except Exception as exc:  # noqa: BLE001 - any load error, kept as one line for every test of the pair
+            where = "" if isinstance(exc, OracleError) else f" (raised at {_raised_at(exc)})"
+            return f"engine {cls.id} cannot load pin {pin}: {_one_line(exc)}{where}; tried once this session"
+        seconds = time.perf_counter() - start
+        refusal = canary_disagreement(engine.tokenizer, root, cls.id, pin)
+        if refusal is not None:
+            return refusal
+        self.emit("engine_loaded", name=cls.id, pin=pin, seconds=round(seconds, 4), **engine.describe())
+        return engine
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
+
+
+def _raised_at(exc: BaseException) -> str:
+    """``file:line`` of the innermost frame that raised ``exc`` (the traceback is not printed)."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return "?"
+    path = Path(tb.tb_frame.f_code.co_filename)
+    return f"{'/'.join(path.parts[-2:])}:{tb.tb_lineno}"
 
 
 @pytest.fixture

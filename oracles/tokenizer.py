@@ -117,3 +117,39 @@ def tokenizer_folder(pin: Any) -> Path | None:
         if all((folder / n).is_file() and sha256_file(folder / n) == sha for n, sha in wanted.items()):
             return folder
     return None
+
+
+#: Text the engines' tokenizers must encode as the dry tokenizer does: a blank line ("\n\n" is one token
+#: for some pre-tokenizers and two for others), runs of spaces, digits, punctuation and non-ASCII text
+#: are where tokenizer classes built over the same tokenizer.json have been seen to split differently.
+CANARY = "Hello world!\n\nTwo  spaces,\tdigits 12345 and 3.14159; café naïve 日本語 🙂\n"
+
+
+def engine_tokenizer_name(tokenizer: Any) -> str:
+    """``transformers Qwen2Tokenizer`` or ``mlx-lm TokenizerWrapper(Qwen2Tokenizer)``: what encodes for an engine."""
+    inner = getattr(tokenizer, "_tokenizer", None)
+    name = type(tokenizer).__name__
+    if inner is not None and type(tokenizer).__module__.startswith("mlx_lm"):
+        return f"mlx-lm {name}({type(inner).__name__})"
+    return f"{type(tokenizer).__module__.split('.')[0]} {name}"
+
+
+def canary_disagreement(tokenizer: Any, root: Path, engine_id: str, pin: str) -> str | None:
+    """One line when an engine's ``tokenizer`` encodes :data:`CANARY` differently from the dry
+    tokenizer of the snapshot in ``root`` (the ``tokenizers`` library over its tokenizer.json, which
+    wrote the pin's recorded token ids), else None. Every recorded id list would then be another
+    input to that engine, and its tests would fail as mismatches or as nondeterminism; None too when
+    the snapshot has no dry tokenizer to compare with (nothing was recorded from it)."""
+    try:
+        light = load_tokenizer(root)
+    except FixtureError:
+        return None
+    want = light.encode(CANARY)
+    got = [int(i) for i in tokenizer.encode(CANARY, add_special_tokens=False)]
+    if got == want:
+        return None
+    return (f"engine {engine_id} refuses pin {pin}: its tokenizer ({engine_tokenizer_name(tokenizer)}) encodes "
+            f"the canary {CANARY!r} as {got}, the pin's dry tokenizer (tokenizers, {root / 'tokenizer.json'}) as "
+            f"{want}, so the recorded token ids are not what this engine would feed its model; the tokenizer "
+            f"class the engine picks (from config.json's model_type and tokenizer_config.json's tokenizer_class) "
+            f"does not match these tokenizer files: pin a snapshot whose tokenizer files are its model's own")

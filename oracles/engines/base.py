@@ -40,6 +40,25 @@ from oracles.engines.types import (  # noqa: F401
 )
 
 
+def pinned_config(pin: "Pin") -> dict[str, Any] | None:
+    """``pin``'s config.json, read from its snapshot folder when that file is the pinned one (equal
+    digest), else None (not materialised yet, or another file: the load will judge). Small and read
+    without any framework, so an adapter's :meth:`Engine.unsupported_pin` may ask it at collection."""
+    import json
+
+    from oracles.pins import sha256_file, snapshot_dir
+
+    digest = pin.files.get("config.json")
+    try:
+        path = snapshot_dir(pin) / "config.json"
+        if digest is None or not path.is_file() or sha256_file(path) != digest.sha256:
+            return None
+        config = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return config if isinstance(config, dict) else None
+
+
 class Engine:
     """One framework's adapter. Subclasses set :attr:`id` and the model facts in ``__init__``.
 

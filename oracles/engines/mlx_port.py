@@ -18,7 +18,9 @@ import this file and ask :meth:`MlxPort.unavailable_reason` on a machine without
 
 from __future__ import annotations
 
+import functools
 import importlib
+import importlib.metadata
 import importlib.util
 import json
 import platform
@@ -29,7 +31,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from oracles.engines import mlx_hybrid
-from oracles.engines.base import Engine, Generation, Prompt, Sampler, Step, check_forward_length, hub_offline
+from oracles.engines.base import Engine, Generation, Prompt, Sampler, Step, check_forward_length, hub_offline, pinned_config
 from oracles.engines.mlx_cohort import MlxCohort, flat_parameters
 
 
@@ -59,6 +61,64 @@ def rope_overrides(config: dict[str, Any]) -> dict[str, Any]:
     if params.get("rope_type", "default") != "default":
         out["rope_scaling"] = dict(params)
     return out
+
+
+def missing_model_module(config: dict[str, Any], package: Path | None = None) -> str | None:
+    """Why mlx-lm (installed at ``package``, default the one importable here) has no model module for
+    this config.json, else None; None too when that cannot be told without importing mlx.
+
+    Follows mlx-lm's ``utils._get_classes``: ``MODEL_ARCHITECTURE_REMAPPING`` by (model_type,
+    architecture), else ``MODEL_REMAPPING``, then ``mlx_lm.models.<type>``. The tables are read from
+    ``utils.py``'s source (importing it imports mlx), and the module is looked for as a file.
+    """
+    if package is None:
+        spec = importlib.util.find_spec("mlx_lm")
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        package = Path(list(spec.submodule_search_locations)[0])
+    model_type = config.get("model_type")
+    if not isinstance(model_type, str) or not model_type:
+        return "its config.json has no model_type"
+    remap, arch_remap = _remappings(package / "utils.py")
+    archs = config.get("architectures") or ()
+    archs = (archs,) if isinstance(archs, str) else archs
+    resolved = next((arch_remap[(model_type, a)] for a in archs if (model_type, a) in arch_remap),
+                    remap.get(model_type, model_type))
+    models = package / "models"
+    if (models / f"{resolved}.py").is_file() or (models / resolved / "__init__.py").is_file():
+        return None
+    via = f" (mapped to {resolved!r})" if resolved != model_type else ""
+    return (f"model_type {model_type!r}{via} has no model module in mlx-lm {_version('mlx-lm')} "
+            f"(no {models.name}/{resolved}.py)")
+
+
+@functools.lru_cache(maxsize=4)
+def _remappings(utils: Path) -> tuple[dict[str, str], dict[tuple[str, str], str]]:
+    """mlx-lm's ``MODEL_REMAPPING`` and ``MODEL_ARCHITECTURE_REMAPPING`` literals, empty where unreadable."""
+    import ast
+
+    found: dict[str, Any] = {}
+    try:
+        tree = ast.parse(utils.read_text())
+    except (OSError, SyntaxError, ValueError):
+        return {}, {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            name = node.targets[0].id
+            if name in ("MODEL_REMAPPING", "MODEL_ARCHITECTURE_REMAPPING"):
+                try:
+                    found[name] = ast.literal_eval(node.value)
+                except ValueError:
+                    pass
+    remap, arch = found.get("MODEL_REMAPPING", {}), found.get("MODEL_ARCHITECTURE_REMAPPING", {})
+    return (remap if isinstance(remap, dict) else {}), (arch if isinstance(arch, dict) else {})
+
+
+def _version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "?"
 
 
 class _LayerTap:
@@ -100,8 +160,14 @@ class MlxPort(MlxCohort):
 
     @classmethod
     def unsupported_pin(cls, pin: Any) -> str | None:
+        """A vision pin, or one whose config.json names a ``model_type`` mlx-lm has no model module for
+        (:func:`missing_model_module`): found at collection, so the pair is left out instead of every
+        test loading the weights to learn it."""
         if pin.modality != "text":
             return f"mlx-lm loads text models; pin {pin.name} is {pin.model_class} (its port is mlx-vlm)"
+        config = pinned_config(pin)
+        if config is not None and (missing := missing_model_module(config)) is not None:
+            return f"mlx-lm cannot load pin {pin.name} ({pin.model_class}): {missing}"
         return None
 
     def __init__(self, root: Path, pin: str, threads: int = 0) -> None:

@@ -48,6 +48,40 @@ def _tensor_out(output: Any) -> Any:
     return output[0] if isinstance(output, tuple) else output
 
 
+#: Names decoders give their final norm (Llama-like ``norm``; Phi-1/2 ``final_layernorm``; OPT-like
+#: ``final_layer_norm``), each the module whose output the LM head reads.
+FINAL_NORMS = ("norm", "final_layernorm", "final_layer_norm")
+
+
+def decoder_norm(decoder: Any, pin: str, model_class: str) -> Any:
+    """The decoder's final norm, after checking that the hooks this engine sets capture what its
+    docstring promises: ``embed_tokens`` output is the residual stream entering layer 0, each of
+    ``layers`` outputs the stream after it, and the final norm's output is what the LM head reads.
+
+    Raises:
+        OracleError: one line naming pin, model class and what is missing or in the way.
+    """
+    from oracles.errors import OracleError
+
+    where = f"the torch reference cannot hook pin {pin} ({model_class}, decoder {type(decoder).__name__})"
+    norm = next((getattr(decoder, n) for n in FINAL_NORMS if getattr(decoder, n, None) is not None), None)
+    missing = [n for n in ("embed_tokens", "layers") if getattr(decoder, n, None) is None]
+    if norm is None:
+        missing.append(f"a final norm named {' or '.join(FINAL_NORMS)}")
+    if missing:
+        raise OracleError(f"{where}: it has no {', no '.join(missing)}")
+    # learned positions added after embed_tokens (OPT, GPT-2 style): the embedding tap would miss them
+    for name in ("embed_positions", "wpe"):
+        if getattr(decoder, name, None) is not None:
+            raise OracleError(f"{where}: it adds learned position embeddings ({name}) after embed_tokens, so the "
+                              "embedding tap would not be the residual stream entering layer 0")
+    # a projection after the final norm (OPT's project_out): the head would not read the norm's output
+    if getattr(decoder, "project_out", None) is not None:
+        raise OracleError(f"{where}: project_out runs after the final norm, so the norm's output is not what "
+                          "the LM head reads")
+    return norm
+
+
 class TorchReference(TorchCohort):
     """transformers ``AutoModelForCausalLM`` from a verified snapshot, float32 on :attr:`device`.
 
@@ -110,9 +144,10 @@ class TorchReference(TorchCohort):
         self.eos_token_ids = frozenset(_as_list(self.model.generation_config.eos_token_id or cfg.eos_token_id))
         self.tied = bool(getattr(cfg, "tie_word_embeddings", False))
         self._decoder = self.model.get_decoder()
+        self._norm = decoder_norm(self._decoder, pin, type(self.model).__name__)
         self._captured: list[Any] = []
         self._layer_rows: list[Any] | None = None  # set while a layers=True forward runs
-        self._decoder.norm.register_forward_hook(lambda _m, _i, out: self._captured.append(out))
+        self._norm.register_forward_hook(lambda _m, _i, out: self._captured.append(out))
         self._decoder.embed_tokens.register_forward_hook(self._tap_layer)
         for layer in self._decoder.layers:
             layer.register_forward_hook(self._tap_layer)
@@ -190,7 +225,7 @@ class TorchReference(TorchCohort):
     @inference_mode
     def final_norm(self, residual: np.ndarray) -> np.ndarray:
         self._captured.clear()
-        out = _to_f4(self._decoder.norm(self._from_f4(residual)))
+        out = _to_f4(self._norm(self._from_f4(residual)))
         self._captured.clear()
         return out
 

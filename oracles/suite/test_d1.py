@@ -274,13 +274,16 @@ def test_tree_vs_row(runs: Runs, engine: Engine, key: tuple[str, str], pytestcon
 @pytest.mark.parametrize("key", QUESTIONS[:1], ids=[_label(k) for k in QUESTIONS[:1]])
 def test_determinism(runs: Runs, engine: Engine, key: tuple[str, str], pytestconfig: pytest.Config,
                      receipt: Receipt) -> None:
-    """The first request's first row again, cold: logits, hidden state and probabilities bit for bit."""
+    """The first request's first row again, cold, on the first run's own ids: logits, hidden state and
+    probabilities bit for bit. The same ids, so a difference is nondeterminism and nothing else (the
+    first run's ids are the engine's chat ids; whether they equal the pin's rows is test_row_ids')."""
     first = _row_run(runs, engine, key, pytestconfig)
-    again = row_pass(engine, _row(engine.pin, key)["ids"], _row(engine.pin, key)["readout_ids"])
+    again = row_pass(engine, list(first.ids), _row(engine.pin, key)["readout_ids"])
     receipt.update(engine=engine.id, record=_label(key), probs=again.probs, seconds=round(again.seconds, 4))
-    assert_bits_equal(again.logits, first.logits, f"{_label(key)}: slot logits, second run vs first")
-    assert_bits_equal(again.hidden, first.hidden, f"{_label(key)}: slot hidden state, second run vs first")
-    readout.assert_probs_equal(again.probs, first.probs, f"{_label(key)}: probabilities, second run vs first")
+    same = f"second run vs first, both on the same {len(first.ids)} ids"
+    assert_bits_equal(again.logits, first.logits, f"{_label(key)}: slot logits, {same}")
+    assert_bits_equal(again.hidden, first.hidden, f"{_label(key)}: slot hidden state, {same}")
+    readout.assert_probs_equal(again.probs, first.probs, f"{_label(key)}: probabilities, {same}")
 
 
 #: (base record id, arm id): an arm's test runs with its base record's tests (oracles.groups.record_group).
