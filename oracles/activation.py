@@ -29,7 +29,7 @@ from oracles.families import family_of
 from oracles.pins import parse_snapshot_options
 from oracles.project import DEFAULTS, PINS_KEY, RECORDS_KEY, ProjectDirs, use_project
 from oracles.receipts import load_records, plain_nodeid
-from oracles.resume import check_resume_source, partial_header, reference_setting
+from oracles.resume import check_resume_source, partial_header, plan_carry, reference_setting
 from oracles.settings import Settings, project_path
 from oracles.state import EVENTS_KEY, FAMILY_KEY, RunState, keep, state_of
 
@@ -95,6 +95,8 @@ def activate(config: pytest.Config, enabled: bool = False) -> None:
                              run_id=shared.get("run_id"), started_wall=shared.get("started_wall"))
         if shared.get("resume"):  # the worker skips what passed before; the controller carries the records
             state.resume, state.resume_path = load_records(Path(shared["resume"])), str(opt.resume)
+            for nodeid in shared.get("resume_rerun", ()):  # the controller found no arrays for these: run them
+                state.resume.pop(nodeid, None)
         keep(config, state, settings)
         return
     state = RunState.new(receipts_dir, opt.receipt_tag, opt.deadline, controller=True)
@@ -103,7 +105,8 @@ def activate(config: pytest.Config, enabled: bool = False) -> None:
         _open_resume(state, opt)
     if receipts_dir is not None:
         try:
-            state.open_partial(partial_header(reference_setting(opt.reference, opt.reference_device), opt.port))
+            state.open_partial(partial_header(reference_setting(opt.reference, opt.reference_device), opt.port,
+                                              opt.pin))
         except OracleError as exc:
             raise pytest.UsageError(f"--receipts-dir: {exc}") from None
         state.environment_probe = EnvironmentProbe(config.rootpath, opt.oracle_threads)
@@ -125,9 +128,13 @@ def _open_resume(state: RunState, opt: Any) -> None:
         raise pytest.UsageError(f"--resume: {exc}") from None
     try:
         reference = reference_setting(opt.reference, opt.reference_device)
-        state.resume_unchecked = check_resume_source(Path(opt.resume), reference, opt.port)
+        state.resume_unchecked = check_resume_source(Path(opt.resume), reference, opt.port, opt.pin)
+        source, not_carried = plan_carry(Path(opt.resume), state.resume)
     except OracleError as exc:
         raise pytest.UsageError(f"--resume {opt.resume}: {exc}; resume only from a run of the same setting") from None
+    for row in not_carried:  # run again rather than carry a record naming arrays the new receipt would lack
+        del state.resume[row["nodeid"]]
+    state.resume_arrays, state.resume_not_carried = source, not_carried
     state.resume_path = str(opt.resume)
 
 
@@ -147,13 +154,27 @@ class ActiveHooks:
         """xdist: hand the run id, start time and --resume file to each worker (deadlines, staging, skips agree)."""
         state = state_of(node.config)
         node.workerinput["oracles"] = {"run_id": state.run_id, "started_wall": state.started_wall,
-                                       "resume": str(Path(state.resume_path).resolve()) if state.resume_path else None}
+                                       "resume": str(Path(state.resume_path).resolve()) if state.resume_path else None,
+                                       "resume_rerun": [row["nodeid"] for row in state.resume_not_carried]}
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        """The controller notes every collected test (a test never started is listed as not run)."""
+        """The controller notes every collected test (a test never started is listed as not run) and
+        its family: a test that never reports (not run, a crashed worker) still counts under it."""
         state = state_of(session.config)
         if state.controller and not state.collected:
             state.collected = [plain_nodeid(item.nodeid) for item in session.items]
+            state.families = _families(session.items)
+        workeroutput = getattr(session.config, "workeroutput", None)
+        if workeroutput is not None:  # an xdist worker: the controller collects no items, so it is told
+            workeroutput[FAMILIES_OUTPUT] = _families(session.items)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        """xdist: the controller takes the families a worker collected (sent when the worker finishes)."""
+        state = state_of(node.config)
+        families = getattr(node, "workeroutput", {}).get(FAMILIES_OUTPUT)
+        if state.controller and isinstance(families, dict):
+            state.families.update(families)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
@@ -191,6 +212,16 @@ class ActiveHooks:
             state.pending_events.clear()
         if report.failed and (line := _one_line(item.config, call.excinfo)):
             report.longrepr = line
+
+
+#: The ``workeroutput`` key under which an xdist worker sends the families of the tests it collected.
+FAMILIES_OUTPUT = "oracles_families"
+
+
+def _families(items: list[pytest.Item]) -> dict[str, str]:
+    """nodeid -> family name of each item in a family (a test in none is family "unit")."""
+    return {plain_nodeid(item.nodeid): family.name for item in items
+            if (family := family_of(markers_of(item))) is not None}
 
 
 class DeadlineHooks:

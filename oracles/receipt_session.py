@@ -93,6 +93,9 @@ class ReceiptSession:
             resumed = sum(1 for t in state.receipt["tests"] if t.get("resumed_from"))
             note = " (a partial log records no pins: not checked)" if state.resume_unchecked else ""
             tr.write_line(f"resumed: {resumed} tests carried over as passed from {state.resume_path}{note}")
+            if state.resume_not_carried:
+                tr.write_line(f"resume: {len(state.resume_not_carried)} passes run again, not carried: their arrays "
+                              "are in no sidecar of the source; listed in the receipt (resume_not_carried)")
         for line in format_checks(state.receipt["checks"], state.receipt["all_ok"]):
             tr.write_line(line)
         for line in format_benchmarks(state.receipt["tests"]):

@@ -123,11 +123,13 @@ def _owner(nodeid: str) -> str:
 
 
 def checks_table(records: Iterable[TestRecord]) -> dict[str, dict[str, Any]]:
-    """The ``{check: {ok, passed, failed: [record ids], skipped, family}}`` table of a run.
+    """The ``{check: {family, ok, passed, failed: [record ids], skipped, xfailed, not_run}}`` table of a run.
 
-    ``ok`` is True when at least one record passed (or xfailed as declared) and none failed, False
-    when any record failed in any way (see :data:`FAILING`), and None when nothing ran (all skipped
-    or not run). A check name used by two modules or classes is qualified by its owner, as
+    ``passed``, ``skipped``, ``xfailed`` and ``not_run`` count records by outcome (``xfailed``: a declared
+    expected failure that failed as declared, apart from ``passed`` so a strict xfail is not read as a
+    pass). ``ok`` is False when any record failed in any way (see :data:`FAILING`) or was not run (the
+    check is not done), else True when at least one record passed or xfailed, else None (all skipped).
+    A check name used by two modules or classes is qualified by its owner, as
     ``module::name`` or ``module::Class::name``. The table does not depend on test order, so an
     ``-n 2`` run gives the same table as a serial one.
     """
@@ -140,16 +142,17 @@ def checks_table(records: Iterable[TestRecord]) -> dict[str, dict[str, Any]]:
         key = r.check if len(owners[r.check]) == 1 else f"{owner}::{r.check}"
         row = table.get(key)
         if row is None:
-            row = table[key] = {"family": r.family, "ok": None, "passed": 0, "failed": [], "skipped": 0}
+            row = table[key] = {"family": r.family, "ok": None, "passed": 0, "failed": [], "skipped": 0,
+                                "xfailed": 0, "not_run": 0}
         label = r.record_id or r.nodeid
         if r.outcome in FAILING:
             row["failed"].append(label)
-        elif r.outcome in ("passed", "xfailed"):
-            row["passed"] += 1
+        elif r.outcome in ("passed", "xfailed", "not_run"):
+            row[r.outcome] += 1
         else:
             row["skipped"] += 1
     for row in table.values():
-        row["ok"] = False if row["failed"] else (True if row["passed"] else None)
+        row["ok"] = False if row["failed"] or row["not_run"] else (True if row["passed"] or row["xfailed"] else None)
     return dict(sorted(table.items()))
 
 

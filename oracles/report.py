@@ -6,14 +6,20 @@ from typing import Any, Mapping, Sequence
 
 
 def format_checks(checks: Mapping[str, Mapping[str, Any]], all_ok: bool) -> list[str]:
-    """The checks table as aligned lines: check, family, ok, passed, failed ids, skipped."""
+    """The checks table as aligned lines: check, family, ok, passed, xfailed, skipped, not run, failed ids.
+
+    A receipt written before the table had ``xfailed`` and ``not_run`` shows ``?`` there (its ``passed``
+    then counts strict xfails too, and its ``skipped`` the tests not run)."""
     width = max([len("check")] + [len(k) for k in checks])
-    lines = [f"{'check':<{width}}  {'family':<10}  {'ok':<5}  {'passed':>6}  {'skipped':>7}  failed"]
+    lines = [f"{'check':<{width}}  {'family':<10}  {'ok':<5}  {'passed':>6}  {'xfailed':>7}  {'skipped':>7}  "
+             f"{'not run':>7}  failed"]
     for name, row in checks.items():
         ok = {True: "yes", False: "NO", None: "-"}[row["ok"]]
         failed = ", ".join(row["failed"][:6]) + (f" (+{len(row['failed']) - 6})" if len(row["failed"]) > 6 else "")
         family = str(row.get("family") or "")
-        lines.append(f"{name:<{width}}  {family:<10}  {ok:<5}  {row['passed']:>6}  {row['skipped']:>7}  {failed}")
+        xfailed, not_run = row.get("xfailed", "?"), row.get("not_run", "?")
+        lines.append(f"{name:<{width}}  {family:<10}  {ok:<5}  {row['passed']:>6}  {xfailed:>7}  {row['skipped']:>7}  "
+                     f"{not_run:>7}  {failed}")
     lines.append(f"all_ok: {all_ok}")
     return lines
 

@@ -25,6 +25,7 @@ from oracles.receipts import SCHEMA_VERSION, TestRecord, all_ok, checks_table, p
 
 if TYPE_CHECKING:
     from oracles.environment import EnvironmentProbe
+    from oracles.resume import ArraySource
     from oracles.settings import Settings
 
 #: The user_properties keys this plugin uses on reports.
@@ -63,6 +64,9 @@ class RunState:
     resume: dict[str, TestRecord] = field(default_factory=dict)
     resume_path: str | None = None
     resume_unchecked: str | None = None  # what the --resume source could not be checked for (oracles.resume)
+    resume_arrays: ArraySource | None = None  # where the carried records' arrays are (copied at write)
+    resume_not_carried: list[dict[str, str]] = field(default_factory=list)  # passes run again: no arrays found
+    families: dict[str, str] = field(default_factory=dict)  # nodeid -> family, at collection; absent: "unit"
     pending_events: list[dict[str, Any]] = field(default_factory=list)  # worker side, drained per report
     events: list[dict[str, Any]] = field(default_factory=list)  # controller side, every event seen
     records: dict[str, TestRecord] = field(default_factory=dict)
@@ -148,7 +152,7 @@ class RunState:
 
     def _record(self, nodeid: str, reports: list[Any]) -> TestRecord:
         check, record_id = split_nodeid(nodeid)
-        family = "unit"
+        family = self.families.get(nodeid, "unit")
         data: dict[str, Any] = {}
         for rep in reports:
             for name, value in getattr(rep, "user_properties", ()):
@@ -188,7 +192,8 @@ class RunState:
         reason = self.not_run_reason()
         for nodeid in not_run:
             check, record_id = split_nodeid(nodeid)
-            self.records[nodeid] = TestRecord(nodeid=nodeid, family="unit", check=check, record_id=record_id,
+            self.records[nodeid] = TestRecord(nodeid=nodeid, family=self.families.get(nodeid, "unit"), check=check,
+                                              record_id=record_id,
                                               outcome="not_run", duration=0.0, summary=reason)
         records = sorted(self.records.values(), key=lambda r: r.nodeid)
         table = checks_table(records)
@@ -205,6 +210,7 @@ class RunState:
             "engines": _engines(self.events),
             "resumed_from": self.resume_path,
             "resume_unchecked": self.resume_unchecked,
+            "resume_not_carried": self.resume_not_carried,
             "collection_errors": self.collection_errors,
             "not_run": [{"nodeid": n, "reason": reason} for n in not_run],
             "tests": [r.to_json() for r in records],
@@ -216,6 +222,7 @@ class RunState:
     def write(self, receipt: dict[str, Any]) -> Path:
         """Pack arrays, then write the receipt exclusively. Raises ReceiptError."""
         assert self.folder is not None and self.staging is not None
+        self._carry_arrays()
         npz = self.folder / f"{self.stem}.npz"
         if pack_arrays(self.staging, npz):
             receipt["arrays"] = npz.name
@@ -228,6 +235,31 @@ class RunState:
             raise
         self.receipt_path, self.receipt = path, receipt
         return path
+
+
+    def _carry_arrays(self) -> None:
+        """Copy the arrays the carried records name from the --resume source into this run's staging,
+        so the new sidecar holds every key its receipt names. Raises ReceiptError."""
+        if self.resume_arrays is None:
+            return
+        from oracles.resume import npz_keys
+
+        keys: set[str] = set()
+        for rec in self.records.values():
+            if rec.resumed_from is not None:
+                keys |= npz_keys(rec.data)
+        if not keys:
+            return
+        import zipfile
+
+        assert self.staging is not None
+        try:
+            self.resume_arrays.copy_into(keys, self.staging)
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
+            from oracles.errors import ReceiptError
+
+            raise ReceiptError(f"{self.resume_arrays.describe()}: the carried records' arrays cannot be copied "
+                               f"into this run's sidecar: {exc}") from exc
 
 
 def _summary(rep: Any) -> str | None:

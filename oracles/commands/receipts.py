@@ -1,6 +1,7 @@
 """``oracles receipts [PATH]``: list receipts under a folder, or print one receipt's checks table.
 
-``--latest FOLDER`` prints the newest receipt in FOLDER (by its UTC-time file name). A listing marks
+``--latest FOLDER`` prints the newest receipt in FOLDER (by its UTC-time file name). A
+``.partial.jsonl`` prints the checks table of the tests its run finished (a killed run's evidence). A listing marks
 an unreadable receipt (truncated JSON, not an object, another ``schema_version``) on its own line and
 goes on; the exit status is then 2. Printing one receipt of another schema is a one-line error (exit
 2). No receipt under the folder is an error (exit 2) for both forms.
@@ -9,12 +10,13 @@ goes on; the exit status is then 2. Printing one receipt of another schema is a 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 from pathlib import Path
 from typing import Any
 
 from oracles.errors import FixtureError
-from oracles.receipts import load_receipt
+from oracles.receipts import checks_table, load_receipt, load_records
 from oracles.report import format_checks
 
 
@@ -70,16 +72,59 @@ def _list(folder: Path) -> int:
 CHECK_FIELDS: dict[str, tuple[type, ...]] = {"ok": (bool, type(None)), "passed": (int,), "skipped": (int,), "failed": (list,)}
 
 
+#: Fields a table written before them lacks (then shown as ``?``), held to ``int`` when present.
+LATER_CHECK_FIELDS = ("xfailed", "not_run")
+
+
 def _check_rows(checks: dict[str, Any], path: Path) -> None:
     """Raise FixtureError naming the first malformed ``checks.<name>.<field>`` (file and field named)."""
     for name, row in checks.items():
         if not isinstance(row, dict):
             raise FixtureError(f"{path}: field 'checks.{name}' is not an object")
-        for field, kinds in CHECK_FIELDS.items():
+        later = {f: (int,) for f in LATER_CHECK_FIELDS if f in row}
+        for field, kinds in {**CHECK_FIELDS, **later}.items():
             value = row.get(field)
             if not isinstance(value, kinds) or (isinstance(value, list) and not all(isinstance(v, str) for v in value)):
                 raise FixtureError(f"{path}: field 'checks.{name}.{field}' is missing or not "
                                    f"{' or '.join(k.__name__ for k in kinds)}{' (of record ids)' if field == 'failed' else ''}")
+
+
+def _event(line: str, event: str) -> dict[str, Any] | None:
+    """The line as a dict when it is a ``event`` line (a torn last line is none: load_records allows it)."""
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    return obj if isinstance(obj, dict) and obj.get("event") == event else None
+
+
+def _partial(path: Path) -> int:
+    """Print a ``.partial.jsonl``: the records its run finished, as a checks table.
+
+    A partial log gains one line per finished test while its run goes on, so it is the evidence of a
+    run killed before its receipt was written. It lists no test that never started, so it never claims
+    all ok (exit 1); when its ``end`` line names the run's receipt, that is named.
+
+    Raises:
+        FixtureError: a bad line (file and line named; a torn last line of a killed run is ignored).
+    """
+    records = load_records(path)
+    lines = [ln for ln in path.read_text(encoding="utf-8").split("\n") if ln.strip()]
+    start, end = _event(lines[0] if lines else "", "start") or {}, _event(lines[-1] if lines else "", "end")
+    print(f"partial log: {path.resolve()}")
+    if end is None:
+        state = "no end line: the run was killed (or still runs); tests it never started are not listed"
+    elif end.get("receipt"):
+        state = f"the run ended; its receipt: {path.with_name(str(end['receipt']))}"
+    else:
+        state = f"the run ended without a receipt: {end.get('error')}"
+    print(f"run {start.get('run_id', '?')} started {start.get('started', '?')}; {len(records)} tests finished; {state}")
+    print(f"resume from it: pytest ... --resume={path} (runs what did not pass)")
+    for line in format_checks(checks_table(records.values()), False)[:-1]:
+        print(line)
+    # the log lists no test that never started (a cut run's not-run tests are only in its receipt)
+    print("all_ok: not known from a partial log" + (": see its receipt" if end and end.get("receipt") else ""))
+    return 1
 
 
 def run(args: argparse.Namespace) -> int:
@@ -90,6 +135,8 @@ def run(args: argparse.Namespace) -> int:
         args.path = found[-1]
     if args.path.is_dir():
         return _list(args.path)
+    if args.path.name.endswith(".partial.jsonl"):
+        return _partial(args.path)
     r = load_receipt(args.path)
     for key, kind in (("checks", dict), ("all_ok", bool)):
         if not isinstance(r.get(key), kind):

@@ -204,4 +204,5 @@ def test_timeout_is_recorded_as_timeout(pytester: pytest.Pytester, only_receipt:
     assert tests["test_hangs"]["duration"] < 10
     assert tests["test_after_slow_load"]["outcome"] == tests["test_after"]["outcome"] == "passed"
     assert receipt["checks"]["test_hangs"] == {"family": "unit", "ok": False, "passed": 0,
-                                               "failed": ["test_suite.py::test_hangs"], "skipped": 0}
+                                               "failed": ["test_suite.py::test_hangs"], "skipped": 0, "xfailed": 0,
+                                               "not_run": 0}

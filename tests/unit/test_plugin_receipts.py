@@ -154,7 +154,8 @@ def test_resume_from_receipt_skips_what_passed(pytester: pytest.Pytester, receip
         assert tests[name]["outcome"] == "passed" and tests[name]["resumed_from"] == str(receipt1), tests[name]
     assert tests["test_b[p2]"]["outcome"] == "passed" and tests["test_b[p2]"]["resumed_from"] is None
     assert tests["test_c"]["outcome"] == "skipped"
-    assert receipt2["checks"]["test_b"] == {"family": "unit", "ok": True, "passed": 2, "failed": [], "skipped": 0}
+    assert receipt2["checks"]["test_b"] == {"family": "unit", "ok": True, "passed": 2, "failed": [], "skipped": 0,
+                                         "xfailed": 0, "not_run": 0}
     assert receipt2["all_ok"] is True
 
 
@@ -187,4 +188,4 @@ def test_deadline_lists_unstarted_tests_as_not_run(pytester: pytest.Pytester, on
     tests = by_check(receipt)
     assert tests["test_0_long"]["outcome"] == "passed"
     assert {tests[f"test_1_after[{i}]"]["outcome"] for i in (1, 2, 3)} == {"not_run"}
-    assert receipt["checks"]["test_1_after"]["ok"] is None
+    assert receipt["checks"]["test_1_after"]["ok"] is False and receipt["checks"]["test_1_after"]["not_run"] == 3

@@ -53,10 +53,14 @@ def test_checks_table_rows() -> None:
         rec("t/a.py::test_bad", "crashed"),
     ]
     assert checks_table(records) == {
-        "test_bad": {"family": "unit", "ok": False, "passed": 0, "failed": ["t/a.py::test_bad"], "skipped": 0},
-        "test_none": {"family": "unit", "ok": None, "passed": 0, "failed": [], "skipped": 2},
-        "test_ok": {"family": "unit", "ok": True, "passed": 2, "failed": [], "skipped": 0},
-        "test_rows": {"family": "mtplx", "ok": False, "passed": 1, "failed": ["readme"], "skipped": 1},
+        "test_bad": {"family": "unit", "ok": False, "passed": 0, "failed": ["t/a.py::test_bad"], "skipped": 0,
+                     "xfailed": 0, "not_run": 0},
+        # a test not run leaves its check undone: not ok, not "nothing ran"
+        "test_none": {"family": "unit", "ok": False, "passed": 0, "failed": [], "skipped": 1, "xfailed": 0, "not_run": 1},
+        # an expected (strict) xfail is ok, counted apart from passes
+        "test_ok": {"family": "unit", "ok": True, "passed": 1, "failed": [], "skipped": 0, "xfailed": 1, "not_run": 0},
+        "test_rows": {"family": "mtplx", "ok": False, "passed": 1, "failed": ["readme"], "skipped": 1, "xfailed": 0,
+                      "not_run": 0},
     }
 
 
