@@ -166,7 +166,13 @@ class MlxPort(MlxCohort):
         if pin.modality != "text":
             return f"mlx-lm loads text models; pin {pin.name} is {pin.model_class} (its port is mlx-vlm)"
         config = pinned_config(pin)
-        if config is not None and (missing := missing_model_module(config)) is not None:
+        if config is None:
+            return None
+        if why := mlx_hybrid.unsupported_reason(config):
+            return f"mlx-lm cannot load pin {pin.name} ({pin.model_class}): {why}"
+        # the model type mlx-lm is given after the translation this port makes (a text-only Qwen3.5 is
+        # loaded as mlx-lm's qwen3_5), not the one in config.json
+        if (missing := missing_model_module({**config, **(mlx_hybrid.overrides(config) or {})})) is not None:
             return f"mlx-lm cannot load pin {pin.name} ({pin.model_class}): {missing}"
         return None
 

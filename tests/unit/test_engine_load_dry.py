@@ -76,6 +76,21 @@ def test_mlx_port_leaves_out_opt_pin_at_collection(tmp_path: Path) -> None:
     assert ("mlx.core" in sys.modules) == before
 
 
+def test_mlx_port_judges_the_model_type_it_loads_not_the_config_one(tmp_path: Path) -> None:
+    """A text-only Qwen3.5 (config model_type qwen3_5_text, which mlx-lm has no module for) is loaded as
+    mlx-lm's qwen3_5 (oracles.engines.mlx_hybrid): kept. Without the translation the hybrid twin's MLX
+    runs, a third of make test's port coverage, were left out."""
+    if MlxPort.unavailable_reason() is not None:
+        pytest.skip("mlx-lm is not installed here")
+    hybrid = _pin(tmp_path, "tiny-hybrid", {"model_type": "qwen3_5_text", "layer_types": ["linear_attention"] * 3
+                                            + ["full_attention"]}, "Qwen3_5ForCausalLM")
+    assert MlxPort.unsupported_pin(hybrid) is None
+    irregular = _pin(tmp_path, "tiny-irregular", {"model_type": "qwen3_5_text", "layer_types": [
+        "full_attention", "linear_attention", "linear_attention", "full_attention"]}, "Qwen3_5ForCausalLM")
+    reason = MlxPort.unsupported_pin(irregular)
+    assert reason is not None and "places full attention by full_attention_interval only" in reason
+
+
 def test_mlx_port_keeps_pin_whose_config_is_not_the_pinned_one(tmp_path: Path) -> None:
     """A snapshot not materialised (or another config.json) is not judged at collection: the load judges."""
     pin = _pin(tmp_path, "tiny-opt", {"model_type": "opt"}, "OPTForCausalLM")
