@@ -19,7 +19,7 @@ from oracles.errors import OracleError
 #: name -> (module, help). The module defines ``add_arguments(parser)`` and ``run(args) -> int``.
 COMMANDS: dict[str, tuple[str, str]] = {
     "pin": ("oracles.commands.pin", "pin a snapshot you have (a folder, or hf:REPO@REVISION from the local HF cache)"),
-    "materialize": ("oracles.commands.materialize", "build and verify a pinned snapshot under $ORACLES_HOME"),
+    "materialize": ("oracles.commands.materialize", "build a snapshot under $ORACLES_HOME (local:/hf: pins: verify in place)"),
     "records": ("oracles.commands.records", "regenerate a family's expected ids from the tokenizer alone"),
     "receipts": ("oracles.commands.receipts", "list receipts, or print one's checks table"),
     "compare": ("oracles.commands.compare", "hold a port's receipt against a reference receipt, record by record"),

@@ -1,4 +1,5 @@
-"""``oracles materialize NAME``: build and verify a pinned snapshot under ``$ORACLES_HOME``."""
+"""``oracles materialize NAME``: build a pinned snapshot under ``$ORACLES_HOME`` and verify it (a ``local:``
+or ``hf:`` pin is verified where it is, not copied)."""
 
 from __future__ import annotations
 
