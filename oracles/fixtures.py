@@ -132,7 +132,6 @@ class EngineLoader:
     def build(self, cls: "type[Engine]", root: Path, pin: str) -> "Engine | str":
         """The engine, or the one line every test of this (engine, pin) fails with."""
         from oracles.errors import OracleError
-        from oracles.tokenizer import canary_disagreement
 
         start = time.perf_counter()
         try:
@@ -141,11 +140,26 @@ class EngineLoader:
             where = "" if isinstance(exc, OracleError) else f" (raised at {_raised_at(exc)})"
             return f"engine {cls.id} cannot load pin {pin}: {_one_line(exc)}{where}; tried once this session"
         seconds = time.perf_counter() - start
-        refusal = canary_disagreement(engine.tokenizer, root, cls.id, pin)
-        if refusal is not None:
+        if (refusal := self.tokenizer_refusal(engine, root, pin)) is not None:
             return refusal
         self.emit("engine_loaded", name=cls.id, pin=pin, seconds=round(seconds, 4), **engine.describe())
         return engine
+
+
+    @staticmethod
+    def tokenizer_refusal(engine: "Engine", root: Path, pin: str) -> str | None:
+        """The canary check (:func:`oracles.tokenizer.canary_disagreement`) where recorded token ids are
+        fed to the engine: a text pin, and an engine with a Hugging Face style ``tokenizer``. A vision
+        pin's families tokenize through the engine's own processor at run time (Qwen3.5's transformers
+        tokenizer splits the canary unlike its tokenizer.json, and nothing recorded is fed to it); an
+        engine of one's own may tokenize another way, which the canary cannot ask."""
+        from oracles.pins import load_pin
+        from oracles.tokenizer import canary_disagreement
+
+        tokenizer = getattr(engine, "tokenizer", None)
+        if tokenizer is None or load_pin(pin).modality != "text":
+            return None
+        return canary_disagreement(tokenizer, root, engine.id, pin)
 
 
 def _one_line(exc: BaseException) -> str:

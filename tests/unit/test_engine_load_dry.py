@@ -198,5 +198,18 @@ def test_loader_refuses_engine_whose_tokenizer_disagrees(monkeypatch: pytest.Mon
     events: list[Any] = []
     loader = _loader(monkeypatch, _Tokenizing, events)
     with pytest.raises(pytest.fail.Exception) as info:
-        loader.get("tokenizing", "tiny-qwen2")
-    assert "engine tokenizing refuses pin tiny-qwen2" in str(info.value) and events == []
+        loader.get("tokenizing", "smollm2-135m-instruct")
+    assert "engine tokenizing refuses pin smollm2-135m-instruct" in str(info.value) and events == []
+
+
+def test_loader_asks_no_canary_of_a_vision_pin_or_an_engine_without_a_tokenizer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A vision pin's families tokenize through the engine's processor (nothing recorded is fed), and an
+    engine of one's own may have no Hugging Face tokenizer: both load (positive control above)."""
+    events: list[Any] = []
+    assert isinstance(_loader(monkeypatch, _Tokenizing, events).get("tokenizing", "qwen35-vl-twin"), _Tokenizing)
+
+    class _NoTokenizer(Engine):
+        id = "plain"
+
+    assert isinstance(_loader(monkeypatch, _NoTokenizer, events).get("plain", "smollm2-135m-instruct"), _NoTokenizer)
+    assert [e for e, _ in events] == ["engine_loaded", "engine_loaded"]

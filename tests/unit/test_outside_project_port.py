@@ -64,9 +64,11 @@ TRAINED_ONLY = {"test_decode_to_stop", "test_generation_to_stop"}
 
 
 def is_port_check(test: dict[str, Any]) -> bool:
-    """A test of the port marker (the port held against the reference): test_port.py's, and the chat's
-    (attributed to mtplx_chat, its first family)."""
-    return test["nodeid"].startswith("test_port.py") or test["check"] == "test_chat_vs_reference"
+    """A test of the port marker (the port held against the reference): test_port.py's, the chat's
+    (attributed to mtplx_chat, its first family), and the fault panel's (bisect of the faithful port:
+    parametrized by the port alone)."""
+    return (test["nodeid"].startswith(("test_port.py", "test_layer_taps.py", "test_fault_panel.py"))
+            or test["check"] == "test_chat_vs_reference")
 
 
 def oracles_env(plugged: Path) -> dict[str, str]:
