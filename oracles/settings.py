@@ -20,9 +20,10 @@ from oracles.port_scope import PortScope
 
 @dataclass(frozen=True)
 class Pairing:
-    """An (engine, pin) pair left out of the parametrization, and why (reported, never silent)."""
+    """An (engine, pin) pair left out of the parametrization, and why (reported, never silent);
+    ``engine`` None: a family that cannot take the pin on any engine (a text family on a vision pin)."""
 
-    engine: str
+    engine: str | None
     pin: str
     reason: str
 
@@ -37,7 +38,7 @@ class Settings:
     pins: list[str]
     port_scope: PortScope
     reference_device: str = "cpu"
-    left_out: dict[tuple[str, str], Pairing] = field(default_factory=dict)
+    left_out: dict[tuple[str | None, str], Pairing] = field(default_factory=dict)
     _compat: dict[tuple[str, str], str | None] = field(default_factory=dict)
 
     @classmethod
@@ -85,7 +86,7 @@ class Settings:
             if reason is None:
                 out.append(name)
             else:
-                self.left_out[("*", name)] = Pairing("*", name, reason)
+                self.left_out[(None, name)] = Pairing(None, name, reason)
         return out
 
     def compatible(self, engine_id: str, pin: str) -> bool:
@@ -115,11 +116,11 @@ class Settings:
         """After collection: plugged engines that cannot be used and (engine, pin) pairs left out, with reasons."""
         lines = [f"oracles: plugged engine {e} not used: {reason}" for e, reason in plugged_errors().items()]
         for p in self.left_out.values():
-            who = "a family" if p.engine == "*" else f"engine {p.engine}"
+            who = "a family" if p.engine is None else f"engine {p.engine}"
             lines.append(f"oracles: {who} left out pin {p.pin}: {p.reason}")
         return lines
 
-    def left_out_json(self) -> list[dict[str, str]]:
+    def left_out_json(self) -> list[dict[str, str | None]]:
         """The pairs left out, for the receipt."""
         return [{"engine": p.engine, "pin": p.pin, "reason": p.reason} for p in self.left_out.values()]
 
