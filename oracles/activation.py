@@ -21,11 +21,10 @@ from typing import Any
 
 import pytest
 
-from oracles.collect import markers_of
+from oracles.collect import item_family
 from oracles.engines.base import Unsupported
 from oracles.environment import EnvironmentProbe
 from oracles.errors import OracleError
-from oracles.families import family_of
 from oracles.pins import parse_snapshot_options
 from oracles.project import DEFAULTS, PINS_KEY, RECORDS_KEY, ProjectDirs, use_project
 from oracles.receipts import load_records, plain_nodeid
@@ -205,7 +204,7 @@ class ActiveHooks:
         outcome = yield
         report = outcome.get_result()
         state = state_of(item.config)
-        if report.when == "setup" and (family := family_of(markers_of(item))) is not None:
+        if report.when == "setup" and (family := item_family(item)) is not None:
             report.user_properties = [*report.user_properties, (FAMILY_KEY, family.name)]
         if state.pending_events:
             report.user_properties = [*report.user_properties, (EVENTS_KEY, list(state.pending_events))]
@@ -221,7 +220,7 @@ FAMILIES_OUTPUT = "oracles_families"
 def _families(items: list[pytest.Item]) -> dict[str, str]:
     """nodeid -> family name of each item in a family (a test in none is family "unit")."""
     return {plain_nodeid(item.nodeid): family.name for item in items
-            if (family := family_of(markers_of(item))) is not None}
+            if (family := item_family(item)) is not None}
 
 
 class DeadlineHooks:

@@ -109,6 +109,17 @@ def markers_of(item: pytest.Item) -> set[str]:
     return {m.name for m in item.iter_markers()}
 
 
+_FAMILY = pytest.StashKey["Family | None"]()
+
+
+def item_family(item: pytest.Item) -> Family | None:
+    """The item's family (:func:`oracles.families.family_of` of :func:`markers_of`), worked out once
+    per item: the port gate, the report of its set-up and the controller's collection list all ask."""
+    if _FAMILY not in item.stash:
+        item.stash[_FAMILY] = family_of(markers_of(item))
+    return item.stash[_FAMILY]
+
+
 def _ours(item: pytest.Item) -> bool:
     """A test of the shipped suite (its module lies inside the oracles package)."""
     return Path(str(item.path)).resolve().is_relative_to(PACKAGE)
@@ -145,7 +156,7 @@ def modify_items(config: pytest.Config, items: list[pytest.Item], settings: Sett
 
 def _gate_port(item: pytest.Item, params: dict[str, Any], settings: Settings) -> None:
     """Skip a port engine's test of a record ``--port-records`` leaves out (the reference runs it)."""
-    family = family_of(markers_of(item))
+    family = item_family(item)
     if family is None or not family.port_scoped:
         return
     engine = params.get("port_id", params.get("engine_id"))
