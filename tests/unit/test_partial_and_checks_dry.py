@@ -85,3 +85,21 @@ def test_npz_keys_of_arrays_and_units() -> None:
             "units": [{"arrays": {"logits": "k1"}}, {"arrays": {"logits": "k2"}}, "junk"], "other": {"npz_key": "no"}}
     assert npz_keys(data) == {"k1", "k2"}
     assert npz_keys({}) == set() and npz_keys(None) == set()
+
+
+def test_resume_finds_a_renamed_receipts_sidecar_as_readers_do(tmp_path: Path) -> None:
+    """A receipt copied as R.json + R.npz (its recorded sidecar name gone) still gives its arrays to a
+    resume, as oracles compare finds them; with no sidecar at all, none (those passes run again)."""
+    import io
+
+    import numpy as np
+
+    from oracles.resume import ArraySource
+
+    buf = io.BytesIO()
+    np.savez(buf, k1=np.zeros(2, "<f4"))
+    (tmp_path / "R.npz").write_bytes(buf.getvalue())
+    (tmp_path / "R.json").write_text(json.dumps({"arrays": "20261201T000000Z-old.npz", "tests": []}))
+    assert ArraySource(tmp_path / "R.json").keys == {"k1"}
+    (tmp_path / "R.npz").unlink()
+    assert ArraySource(tmp_path / "R.json").keys == set()
