@@ -14,16 +14,17 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+from inner_runs import DEADLINE
 
 from oracles.pins import BUILTIN_PINS, DEFAULT_PIN, load_pin
 from oracles.receipts import SCHEMA_VERSION
 
-DEADLINE_SUITE = """
+DEADLINE_SUITE = f"""
 import time
 import pytest
 
 def test_0_long():
-    time.sleep(0.6)
+    time.sleep({DEADLINE + 0.3})
 
 @pytest.mark.parametrize("i", [1, 2, 3])
 def test_1_after(i):
@@ -43,7 +44,7 @@ def _usage_error(result: pytest.RunResult) -> str:
 
 def test_deadline_cut_exits_nonzero_without_receipt(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(DEADLINE_SUITE)
-    result = pytester.runpytest("--no-receipt", "-q", "--deadline", "0.3")
+    result = pytester.runpytest("--no-receipt", "-q", "--deadline", str(DEADLINE))
     result.assert_outcomes(passed=1)
     assert result.ret == pytest.ExitCode.INTERRUPTED, result.stdout.str()
     result.stdout.fnmatch_lines(["not run: 3 tests (deadline passed)"])
@@ -51,7 +52,7 @@ def test_deadline_cut_exits_nonzero_without_receipt(pytester: pytest.Pytester) -
 
 def test_deadline_cut_exits_nonzero_with_receipt(pytester: pytest.Pytester, only_receipt: Callable[..., Any]) -> None:
     pytester.makepyfile(DEADLINE_SUITE)
-    result = pytester.runpytest("--receipts-dir", "out", "--deadline", "0.3")
+    result = pytester.runpytest("--receipts-dir", "out", "--deadline", str(DEADLINE))
     assert result.ret == pytest.ExitCode.INTERRUPTED, result.stdout.str()
     result.stdout.fnmatch_lines(["not run: 3 tests (deadline passed); listed in the receipt"])
     _, receipt = only_receipt(pytester.path / "out")

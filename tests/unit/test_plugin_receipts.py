@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 import numpy as np
 import pytest
+from inner_runs import DEADLINE
 
 STEM = re.compile(r"(?P<stamp>\d{8}T\d{6}Z)-(?P<run_id>[0-9a-f]{8})")
 
@@ -168,18 +169,18 @@ def test_resume_from_missing_file_is_a_usage_error(pytester: pytest.Pytester) ->
 
 def test_deadline_lists_unstarted_tests_as_not_run(pytester: pytest.Pytester, only_receipt: Callable[..., Any],
                                                    by_check: Callable[..., Any]) -> None:
-    pytester.makepyfile("""
+    pytester.makepyfile(f"""
         import time
         import pytest
 
         def test_0_long():
-            time.sleep(0.45)
+            time.sleep({DEADLINE + 0.15})
 
         @pytest.mark.parametrize("i", [1, 2, 3])
         def test_1_after(i):
             pass
     """)
-    result = pytester.runpytest("--receipts-dir", "out", "--deadline", "0.3")
+    result = pytester.runpytest("--receipts-dir", "out", "--deadline", str(DEADLINE))
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["not run: 3 tests (deadline passed); listed in the receipt"])
     _, receipt = only_receipt(pytester.path / "out")

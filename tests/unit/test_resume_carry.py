@@ -15,13 +15,14 @@ from typing import Any, Callable
 
 import numpy as np
 import pytest
+from inner_runs import DEADLINE
 
 from oracles.pins import DEFAULT_PIN
 from oracles.resume import npz_keys
 
-#: test_0 attaches arrays and passes, test_1 outlasts the 0.3 s deadline, test_2 (family d1) is never
+#: test_0 attaches arrays and passes, test_1 outlasts the deadline, test_2 (family d1) is never
 #: started in the first run; a strict xfail shows in its own column.
-CUT_SUITE = """
+CUT_SUITE = f"""
 import time
 import numpy as np
 import pytest
@@ -35,7 +36,7 @@ def test_0_xfail():
     raise AssertionError("as declared")
 
 def test_1_long():
-    time.sleep(0.45)
+    time.sleep({DEADLINE + 0.15})
 
 @pytest.mark.d1
 @pytest.mark.parametrize("i", [1, 2, 3])
@@ -57,7 +58,7 @@ def _every_key_in_npz(path: Path, receipt: dict[str, Any]) -> dict[str, np.ndarr
 
 def _cut(pytester: pytest.Pytester, only_receipt: Callable[..., Any]) -> tuple[Path, dict[str, Any]]:
     pytester.makepyfile(test_suite=CUT_SUITE)
-    result = pytester.runpytest("--receipts-dir", "one", "--deadline", "0.3")
+    result = pytester.runpytest("--receipts-dir", "one", "--deadline", str(DEADLINE))
     assert result.ret == pytest.ExitCode.INTERRUPTED, result.stdout.str()
     return only_receipt(pytester.path / "one")
 
@@ -65,7 +66,7 @@ def _cut(pytester: pytest.Pytester, only_receipt: Callable[..., Any]) -> tuple[P
 def test_cut_receipt_counts_not_run_under_its_family_and_xfails_apart(
         pytester: pytest.Pytester, only_receipt: Callable[..., Any]) -> None:
     pytester.makepyfile(test_suite=CUT_SUITE)
-    result = pytester.runpytest("--receipts-dir", "one", "--deadline", "0.3")
+    result = pytester.runpytest("--receipts-dir", "one", "--deadline", str(DEADLINE))
     result.stdout.fnmatch_lines(["check * family * ok * passed * xfailed * skipped * not run * failed",
                                  "test_0_xfail * unit * yes * 0 * 1 * 0 * 0 *",
                                  "test_2_after * d1 * NO * 0 * 0 * 0 * 3 *"])
