@@ -1,13 +1,14 @@
 """The detection matrix: the suite's checks, held to one port's family runs (and the reference's).
 
-Every check here is the suite's own: a port held against the reference goes through
-:func:`oracles.checks.port.port_figures` / :func:`threshold_failures` (logits) and
+Every check here is the suite's own. A port held against the reference goes through
+:func:`oracles.checks.port.port_figures` / :func:`threshold_failures` (logits),
 :func:`readout_figures` / :func:`readout_failures` (d1 read-outs) and :func:`first_divergence`
-(tokens); a family's self-consistency check (cached vs recomputed, warm vs cold, cohort vs serial,
-tree vs row, speculative vs greedy) holds the port against *itself* with the same pure functions, its
-second run standing where the reference stands. So a check that catches a fault here is one the
-suite makes (the families' own tests use the same or tighter tolerances: decode and chat 2e-3,
-cohort 1e-3, d1 tree vs row 1e-4, against the port threshold 5e-3 / 2.5e-3 used here).
+(tokens), as the port family does. A family's self-consistency check holds the port against *itself*
+with the function its family's test calls: cached vs recomputed and warm vs cold through
+:func:`oracles.checks.cache.cache_failure`; cohort vs serial through
+:func:`oracles.checks.cohort.serial_gap_failure`, the cohort test's bound and criteria. Tree vs row uses the read-out threshold (Δp 2.5e-3),
+looser than the d1 test's 1e-4, so a catch here is a catch there. So a check that catches a fault
+here is one the suite makes.
 
 Each check returns None (passed) or its first failure, one line naming record and position. Pure:
 numpy and the family run objects; no engine is called.
@@ -19,6 +20,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
+from oracles.checks.cache import cache_failure
+from oracles.checks.cohort import serial_gap_failure
 from oracles.checks.port import first_divergence, port_figures, readout_failures, readout_figures, threshold_failures
 from oracles.engines.base import Generation, Step, Unsupported
 
@@ -74,9 +77,10 @@ def decode_port(ref: DecodeRun, port: DecodeRun) -> str | None:
 
 
 def decode_recompute(_ref: DecodeRun, port: DecodeRun) -> str | None:
+    """The mtplx decode test's cache check (:func:`oracles.checks.cache.cache_failure`) on the port's run."""
     for s in sorted(port.recomputed):
-        msg = logits_failure(f"arith: decode step {s} (prefix {len(port.prompt) + s} ids), cached vs recomputed",
-                             port.recomputed[s][None], port.step_logits[s][None])
+        msg = cache_failure(f"arith: decode step {s} (prefix {len(port.prompt) + s} ids)", port.step_logits[s],
+                            port.recomputed[s])
         if msg:
             return msg
     return None
@@ -118,9 +122,10 @@ def chat_port(ref: ChatRun, port: ChatRun) -> str | None:
 
 
 def chat_warm_cold(_ref: ChatRun, port: ChatRun) -> str | None:
+    """The mtplx_chat warm-vs-cold test's check (:func:`oracles.checks.cache.cache_failure`) on the port's run."""
     for t in port.turns:
-        msg = logits_failure(f"{port.record_id} turn {t.index + 1}: warm (live cache) vs cold prefill of "
-                             f"{len(t.frontier) + len(t.suffix)} ids", t.cold[None], t.warm[None])
+        msg = cache_failure(f"{port.record_id} turn {t.index + 1} ({len(t.frontier) + len(t.suffix)} ids), warm",
+                            t.warm, t.cold)
         if msg:
             return msg
     return None
@@ -187,10 +192,11 @@ def cohort_port(ref: CohortRun, port: CohortRun) -> str | None:
 
 
 def cohort_serial(_ref: CohortRun, port: CohortRun) -> str | None:
+    """The cohort family's lane check (:func:`oracles.checks.cohort.serial_gap_failure`) and greedy tokens."""
     for b, lane in enumerate(port.lanes):
         n = _prefix_steps(port.tokens_serial[b][1:], port.tokens_cohort[b][1:])
-        msg = _first(logits_failure(f"{lane}: cohort step logits [step, token] vs the lane alone", port.serial[b, :n],
-                                    port.cohort[b, :n]),
+        msg = _first(serial_gap_failure(f"{lane}: cohort step logits vs the lane alone", port.serial[b, :n],
+                                        port.cohort[b, :n]),
                      tokens_failure(f"{lane}: greedy", port.tokens_serial[b], port.tokens_cohort[b], ("alone", "cohort")))
         if msg:
             return msg
