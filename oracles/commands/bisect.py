@@ -235,9 +235,9 @@ def run(args: argparse.Namespace) -> int:
     reference = _engine(args.reference, root, pin.name, args.threads)
     try:
         port, against = _port(args.port, root, pin.name, args.threads, reference)
-    except Unsupported as exc:
+        ids = reference.chat_ids(record.message_list)  # the pin's own tokenizer and chat template
+    except Unsupported as exc:  # a fault the pin's model has no place for; a tokenizer without a chat template
         raise OracleError(str(exc)) from None
-    ids = reference.chat_ids(record.message_list)  # the pin's own tokenizer and chat template
     report = localise(against, port, ids, args.record)
     print("\n".join(table(report)))
     if report["cannot_localise"]:

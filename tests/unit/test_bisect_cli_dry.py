@@ -88,7 +88,15 @@ class FakeRefusing(_Tapped):
         return f"fakelib cannot load pin {pin.name} ({pin.model_class}): no such architecture"
 
 
-FAKES = (FakeRef, FakeTwin, FakeOff, FakeMissing, FakeBroken, FakeRefusing)
+class FakeNoChat(_Tapped):
+    """A reference whose tokenizer has no chat template (Engine.chat_ids then raises Unsupported)."""
+
+    id = "fake-nochat"
+    tokenizer = None
+    chat_ids = Engine.chat_ids
+
+
+FAKES = (FakeRef, FakeTwin, FakeOff, FakeMissing, FakeBroken, FakeRefusing, FakeNoChat)
 
 
 @pytest.fixture
@@ -203,3 +211,9 @@ def test_a_mismatching_snapshot_option_is_blamed_on_the_option(fakes: None, tiny
     code, _, err = _bisect(oracles_cli, tmp_path, "fake-twin", "--snapshot", str(other))
     assert code == 2 and err == (f"oracles bisect: error: {other}/config.json: size mismatch: expected 40 bytes, "
                                  "actual 3; the folder was given by --snapshot, not by pin 'tiny''s source\n"), err
+
+
+def test_a_tokenizer_without_a_chat_template_is_one_line(fakes: None, tiny: Path, oracles_cli: Cli) -> None:
+    code, out, err = oracles_cli("bisect", "--pin", "tiny", "--reference", "fake-nochat", "--port", "fake-twin")
+    assert (code, out) == (2, "") and err == ("oracles bisect: error: engine 'fake-nochat' cannot render a chat: "
+                                              "pin tiny has no chat template\n"), err
