@@ -251,6 +251,12 @@ def plot(summary: dict[str, Any]) -> bytes:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Summarise ``args.receipt``: write the JSON (and the PNG where matplotlib imports), print the table.
+
+    Raises:
+        FixtureError: the receipt is unreadable, not JSON, or holds a malformed record (file, record, field).
+        ReceiptError: ``--out`` names a file or cannot be created, or an output already exists.
+    """
     receipt = load_json(args.receipt)
     try:
         summary = summarize(receipt, args.receipt)

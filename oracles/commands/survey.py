@@ -120,6 +120,7 @@ def survey(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def table(result: dict[str, Any]) -> list[str]:
+    """The survey as text lines: per pin and engine its residual maximum, then one line a layer."""
     lines = []
     for name, g in result["groups"].items():
         lines.append(f"{name}: {g['runs']} runs; residual max {g['residual_max']['max']:.4g} "
@@ -164,6 +165,12 @@ def outputs(folder: Path, stem: str, pins: list[str]) -> dict[str, tuple[Path, P
 
 
 def run(args: argparse.Namespace) -> int:
+    """Survey ``args.receipt``: per pin, write the JSON (and the PNG where matplotlib imports), print the table.
+
+    Raises:
+        FixtureError: the receipt is unreadable, not a receipt, holds no absmax record or a malformed one.
+        ReceiptError: ``--out`` names a file, or an output already exists.
+    """
     receipt = load_json(args.receipt)
     if not isinstance(receipt, dict) or "tests" not in receipt:
         raise FixtureError(f"{args.receipt}: not a receipt: field 'tests' is missing")
