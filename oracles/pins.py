@@ -298,17 +298,22 @@ def file_digests(root: Path, names: list[str] | None = None) -> dict[str, FileDi
     return {n: FileDigest((root / n).stat().st_size, sha256_file(root / n)) for n in names}
 
 
-def _remedy(pin: Pin) -> str:
+def _remedy(pin: Pin, origin: str | None = None) -> str:
     """What to do about a snapshot of a user's own (``local:``, ``hf:``) that no longer matches its pin;
-    a built pin's snapshot is rebuilt by ``oracles materialize`` (the session's own message says so)."""
+    a built pin's snapshot is rebuilt by ``oracles materialize`` (the session's own message says so).
+    A folder an option gave (``origin``) is blamed on that option, not on the pin's source."""
+    if origin is not None:
+        return f"; the folder was given by {origin}, not by pin {pin.name!r}'s source"
     if pin.source_parts()["local"] or pin.source.startswith("hf:"):
         return (f"; the snapshot changed since pin {pin.name!r} was written ({pin.path}): pin the new one under "
                 "another name with `oracles pin`, or restore the pinned files")
     return ""
 
 
-def verify_snapshot(pin: Pin, root: Path) -> dict[str, Any]:
+def verify_snapshot(pin: Pin, root: Path, origin: str | None = None) -> dict[str, Any]:
     """Check every pinned file under ``root``: exists, size, sha256, safetensors header digest.
+    ``origin`` names the option that gave ``root`` (``"--snapshot"``), so a problem is blamed on it and
+    not on the pin's source; None: ``root`` is the pin's own snapshot folder (:func:`snapshot_dir`).
 
     Returns the figures for the receipt: name, digest, root, files, bytes and seconds.
 
@@ -317,6 +322,10 @@ def verify_snapshot(pin: Pin, root: Path) -> dict[str, Any]:
     """
     start = time.perf_counter()
     if not root.is_dir():
+        what = "is not a folder" if root.exists() else "does not exist"
+        if origin is not None:
+            raise PinError(f"snapshot of pin {pin.name!r} missing: {root} (given by {origin}) {what}; expected the "
+                           "snapshot folder holding the pinned files")
         raise PinError(f"snapshot of pin {pin.name!r} missing: {root} is not a folder; " + (
             f"pin {pin.name!r} names it as its source" if pin.source_parts()["local"] or pin.source.startswith("hf:")
             else f"run `oracles materialize {pin.name}` or pass --snapshot NAME=PATH"))
@@ -324,19 +333,19 @@ def verify_snapshot(pin: Pin, root: Path) -> dict[str, Any]:
     for rel, want in sorted(pin.files.items()):
         path = root / rel
         if not path.is_file():
-            raise PinError(f"{path}: pinned file of {pin.name!r} is missing{_remedy(pin)}")
+            raise PinError(f"{path}: pinned file of {pin.name!r} is missing{_remedy(pin, origin)}")
         size = path.stat().st_size
         if size != want.bytes:
-            raise PinError(f"{path}: size mismatch: expected {want.bytes} bytes, actual {size}{_remedy(pin)}")
+            raise PinError(f"{path}: size mismatch: expected {want.bytes} bytes, actual {size}{_remedy(pin, origin)}")
         got = sha256_file(path)
         if got != want.sha256:
-            raise PinError(f"{path}: sha256 mismatch: expected {want.sha256}, actual {got}{_remedy(pin)}")
+            raise PinError(f"{path}: sha256 mismatch: expected {want.sha256}, actual {got}{_remedy(pin, origin)}")
         total += size
     for rel, want_header in pin.safetensors_headers.items():
         got = hashlib.sha256(safetensors_header(root / rel)[2]).hexdigest()
         if got != want_header:
             raise PinError(f"{root / rel}: safetensors header sha256 mismatch: expected {want_header}, actual {got}"
-                           f"{_remedy(pin)}")
+                           f"{_remedy(pin, origin)}")
     return {"name": pin.name, "digest": pin.digest, "root": str(root), "files": len(pin.files), "bytes": total,
             "seconds": round(time.perf_counter() - start, 4)}
 

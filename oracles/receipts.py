@@ -311,7 +311,7 @@ def load_records(path: Path) -> dict[str, TestRecord]:
             except json.JSONDecodeError as exc:
                 if number == len(lines):  # torn final line of a killed run: no newline after it
                     break
-                raise FixtureError(f"{path}:{number}: not valid JSON: {exc.msg}") from exc
+                raise FixtureError(f"{path}:{number}:{exc.colno}: not valid JSON: {exc.msg}") from exc  # a line holds no newline
             if isinstance(obj, dict) and obj.get("event", "test") != "test":
                 continue
             rec = TestRecord.from_json(obj, f"{path}:{number}")

@@ -7,13 +7,17 @@ decoder layer, final norm, head) where the port leaves the reference, by the rul
 
 Prints every stage's NMSE (max over positions), budget, max |Δ| and smallest cosine, the verdict, and
 writes ``<out>/<pin>-<port>-<record>-<UTC>.json`` and ``.png`` (per-stage NMSE, log scale, budget
-line, the named stage marked), never over an existing file. Exit 0: every stage within budget; 1: a
-stage is named; 2: bad input, or an engine that cannot be localised (it has no layer taps), named.
+line, the named stage marked), never over an existing file; without matplotlib, the JSON and one line
+saying the PNG was not written. Exit 0: every stage within budget; 1: a stage is named; 2: bad input,
+an engine that cannot run here (unknown, not installed: checked before anything loads) or cannot load
+the pin (one line, as the pytest plugin says it), or an engine that cannot be localised (it has no
+layer taps), named.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,6 +28,7 @@ from oracles.families.localise import localise
 
 if TYPE_CHECKING:
     from oracles.families.mtplx import PromptRecord
+    from oracles.pins import Pin
 
 FAULT_PREFIX = "fault:"
 
@@ -92,10 +97,51 @@ def plot(report: dict[str, Any]) -> bytes:
     return png_bytes(fig)
 
 
-def _engine(engine_id: str, root: Path, pin: str, threads: int) -> Engine:
+def _refuse_unavailable(option: str, engine_id: str) -> None:
+    """Refuse an engine id that cannot run here, before anything loads: the registry's reason (an unknown
+    id with the known ones, a framework not installed with its pip line, a plugged engine that fails to
+    import), as the plugin's ``--port`` check and engine fixture give it.
+
+    Raises:
+        OracleError: ``--port NAME: engine cannot run here: <reason>``.
+    """
+    from oracles.engines import registry, unavailable_reason
+
+    reason = unavailable_reason(engine_id)
+    if reason is not None:
+        hint = f" (or {FAULT_PREFIX}NAME, a fault port)" if option == "--port" and engine_id not in registry() else ""
+        raise OracleError(f"{option} {engine_id}: engine cannot run here: {reason}{hint}")
+
+
+def _refuse_unsupported(option: str, engine_id: str, pin: Pin) -> None:
+    """Refuse an engine that cannot load ``pin``, judged from the pin file alone (``Engine.unsupported_pin``,
+    what leaves a pair out of a pytest session), before the snapshot is verified or weights load.
+
+    Raises:
+        OracleError: ``--port NAME: <the engine's reason>``.
+    """
     from oracles.engines import engine_class
 
-    return engine_class(engine_id)(root, pin, threads)
+    reason = engine_class(engine_id).unsupported_pin(pin)
+    if reason is not None:
+        raise OracleError(f"{option} {engine_id}: {reason}")
+
+
+def _engine(engine_id: str, root: Path, pin: str, threads: int) -> Engine:
+    """The engine, built as the plugin's engine fixture builds it (:class:`oracles.fixtures.EngineLoader`):
+    any load error, and a tokenizer that disagrees with the pin's recorded ids, become one line.
+
+    Raises:
+        OracleError: ``engine NAME cannot load pin PIN: <error> (raised at file:line)...``.
+    """
+    from oracles.engines import engine_class
+    from oracles.fixtures import EngineLoader
+
+    loader = EngineLoader(lambda _pin: root, threads, lambda _engine_id: {}, lambda *_a, **_k: None)
+    built = loader.build(engine_class(engine_id), root, pin)
+    if isinstance(built, str):
+        raise OracleError(built)
+    return built
 
 
 def _port(engine_id: str, root: Path, pin: str, threads: int, reference: Engine) -> tuple[Engine, Engine]:
@@ -124,16 +170,18 @@ def _record(record: str) -> PromptRecord:
     return known[record]
 
 
-def run(args: argparse.Namespace) -> int:
-    from oracles.engines.base import Unsupported
-    from oracles.pins import load_pin, snapshot_dir, verify_snapshot
-    from oracles.receipt_files import dump_json, write_exclusive
+def _check_engines(args: argparse.Namespace) -> None:
+    """Refuse the engine options before anything loads: the names first (a fault port given as the
+    reference, an unknown fault, the reference held against itself), then whether each engine can run
+    here (:func:`_refuse_unavailable`).
 
-    record = _record(args.record)  # bad input is refused before minutes of loading
-    if args.reference.startswith(FAULT_PREFIX):
-        raise OracleError(f"--reference {args.reference}: a fault port is a port (--port); the reference is an engine id")
+    Raises:
+        OracleError: the first problem, naming the option.
+    """
     from oracles.faults import CONTROL, FAULTS
 
+    if args.reference.startswith(FAULT_PREFIX):
+        raise OracleError(f"--reference {args.reference}: a fault port is a port (--port); the reference is an engine id")
     if args.port.startswith(FAULT_PREFIX):
         name = args.port[len(FAULT_PREFIX):]
         if name != CONTROL and name not in FAULTS:
@@ -141,22 +189,59 @@ def run(args: argparse.Namespace) -> int:
     elif args.port == args.reference:
         raise OracleError(f"--port {args.port}: the reference itself, which can name no stage; the faithful "
                           f"control to hold against it is --port {FAULT_PREFIX}{CONTROL}")
+    _refuse_unavailable("--reference", args.reference)
+    if not args.port.startswith(FAULT_PREFIX):
+        _refuse_unavailable("--port", args.port)
+
+
+def _write(report: dict[str, Any], out: Path, stem: str) -> None:
+    """``<out>/<stem>.json`` and ``.png``, both created exclusively; where matplotlib cannot be imported,
+    the JSON alone and one line on stderr saying why the PNG is missing (the verdict stands)."""
+    from oracles.plots import unavailable
+    from oracles.receipt_files import dump_json, write_exclusive
+
+    out.mkdir(parents=True, exist_ok=True)
+    write_exclusive(out / f"{stem}.json", dump_json(report))
+    note = unavailable()
+    if note is None:
+        write_exclusive(out / f"{stem}.png", plot(report))
+        print(f"wrote {out / stem}.json and .png")
+    else:
+        print(f"wrote {out / stem}.json")
+        print(note, file=sys.stderr)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Localise ``--port`` against ``--reference`` on one record; print the table, write JSON and PNG.
+
+    Returns 0 (every stage within budget), 1 (a stage named) or 2 (an engine that cannot be localised).
+
+    Raises:
+        OracleError: bad input (record, fault, engine names), an engine that cannot run here or cannot
+            load the pin, a snapshot that does not match its pin; before any weights load where it can be
+            known then, and a failed engine build as one line.
+    """
+    from oracles.engines.base import Unsupported
+    from oracles.pins import load_pin, snapshot_dir, verify_snapshot
+
+    record = _record(args.record)  # bad input is refused before minutes of loading
+    _check_engines(args)
     pin = load_pin(args.pin)
+    _refuse_unsupported("--reference", args.reference, pin)
+    if not args.port.startswith(FAULT_PREFIX):
+        _refuse_unsupported("--port", args.port, pin)
     root = args.snapshot or snapshot_dir(pin)
-    verify_snapshot(pin, root)
+    verify_snapshot(pin, root, origin="--snapshot" if args.snapshot else None)
     reference = _engine(args.reference, root, pin.name, args.threads)
     try:
         port, against = _port(args.port, root, pin.name, args.threads, reference)
-    except Unsupported as exc:
+        ids = reference.chat_ids(record.message_list)  # the pin's own tokenizer and chat template
+    except Unsupported as exc:  # a fault the pin's model has no place for; a tokenizer without a chat template
         raise OracleError(str(exc)) from None
-    ids = reference.chat_ids(record.message_list)  # the pin's own tokenizer and chat template
     report = localise(against, port, ids, args.record)
     print("\n".join(table(report)))
     if report["cannot_localise"]:
         return 2
     stem = f"{pin.name}-{args.port.replace(':', '-')}-{args.record}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_exclusive(args.out / f"{stem}.json", dump_json(report))
-    write_exclusive(args.out / f"{stem}.png", plot(report))
-    print(f"wrote {args.out / stem}.json and .png")
+    _write(report, args.out, stem)
     return 0 if report["divergent"] is None else 1

@@ -9,17 +9,20 @@ never overwritten), and prints the table: near ties (top-2 gap <= 0.02), top-2 g
 agreement overall and by type, source, length bucket and path, seconds per bucket, tree/row time
 ratio, and the red arms (RED: the arm moved some option's probability by more than its threshold;
 the answer need not flip). Percentiles are nearest-rank on the sorted gaps. A malformed record is
-exit 2 naming the file, the record and the field; ``--out`` must be a folder.
+exit 2 naming the file, the record and the field; ``--out`` must be a folder. Without matplotlib the
+PNG is not written and one line says so; the rest stands (exit 0).
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import sys
 from pathlib import Path
 from typing import Any, Iterable
 
 from oracles.errors import FixtureError, ReceiptError
+from oracles.plots import unavailable
 from oracles.receipt_files import dump_json, load_json, write_exclusive
 from oracles.units_reader import units_of
 
@@ -248,6 +251,12 @@ def plot(summary: dict[str, Any]) -> bytes:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Summarise ``args.receipt``: write the JSON (and the PNG where matplotlib imports), print the table.
+
+    Raises:
+        FixtureError: the receipt is unreadable, not JSON, or holds a malformed record (file, record, field).
+        ReceiptError: ``--out`` names a file or cannot be created, or an output already exists.
+    """
     receipt = load_json(args.receipt)
     try:
         summary = summarize(receipt, args.receipt)
@@ -262,14 +271,18 @@ def run(args: argparse.Namespace) -> int:
     taken = [p for p in (json_path, png_path) if p.exists()]
     if taken:  # refuse before plotting or writing either file, so a summary is never left half-written
         raise ReceiptError(f"{taken[0]}: already exists; a summary is never overwritten")
-    png = plot(summary)
+    note = unavailable()  # no matplotlib: the JSON and table without the PNG, and one line saying so
+    png = plot(summary) if note is None else None
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ReceiptError(f"{folder}: cannot create the --out folder: {exc.strerror or exc}") from exc
     write_exclusive(json_path, dump_json(summary))
-    write_exclusive(png_path, png)
+    if png is not None:
+        write_exclusive(png_path, png)
     for line in table(summary):
         print(line)
-    print(f"summary: {json_path}\nplot: {png_path}")
+    print(f"summary: {json_path}" + (f"\nplot: {png_path}" if png is not None else ""))
+    if note is not None:
+        print(note, file=sys.stderr)
     return 0

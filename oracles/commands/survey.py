@@ -10,17 +10,21 @@ overall (with the run, position and channel where it is reached), the largest ML
 input where the engine taps it, and the headroom to float16's 65504 (``ratio`` and ``bits``:
 :func:`oracles.checks.absmax.headroom`). The plot draws the per-layer maxima on a log scale with the
 float16 limit. A malformed record is exit 2 naming the file, the record and the field. No torch import.
+
+Without matplotlib the PNGs are not written and one line says so; the JSON and tables stand (exit 0).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
 from oracles.checks.absmax import FP16_MAX, headroom, worst
 from oracles.errors import FixtureError, ReceiptError
 from oracles.pin_writer import NAME as PIN_NAME
+from oracles.plots import unavailable
 from oracles.receipt_files import dump_json, load_json, write_exclusive
 
 STAT_FIELDS = ("pos0", "rest", "overall", "argmax_pos", "argmax_ch")
@@ -116,6 +120,7 @@ def survey(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def table(result: dict[str, Any]) -> list[str]:
+    """The survey as text lines: per pin and engine its residual maximum, then one line a layer."""
     lines = []
     for name, g in result["groups"].items():
         lines.append(f"{name}: {g['runs']} runs; residual max {g['residual_max']['max']:.4g} "
@@ -160,6 +165,12 @@ def outputs(folder: Path, stem: str, pins: list[str]) -> dict[str, tuple[Path, P
 
 
 def run(args: argparse.Namespace) -> int:
+    """Survey ``args.receipt``: per pin, write the JSON (and the PNG where matplotlib imports), print the table.
+
+    Raises:
+        FixtureError: the receipt is unreadable, not a receipt, holds no absmax record or a malformed one.
+        ReceiptError: ``--out`` names a file, or an output already exists.
+    """
     receipt = load_json(args.receipt)
     if not isinstance(receipt, dict) or "tests" not in receipt:
         raise FixtureError(f"{args.receipt}: not a receipt: field 'tests' is missing")
@@ -180,16 +191,21 @@ def run(args: argparse.Namespace) -> int:
     taken = [p for pair in paths.values() for p in pair if p.exists()]
     if taken:
         raise ReceiptError(f"{taken[0]}: already exists; a survey is never overwritten")
-    pngs = {}
+    note = unavailable()  # no matplotlib: the JSON and tables without the PNGs, and one line saying so
+    pngs: dict[str, bytes] = {}
     for pin, result in results.items():
         result.update(receipt=str(args.receipt), pin=pin)
-        pngs[pin] = plot(result)  # every plot drawn before any file is written: a failure leaves none behind
+        if note is None:
+            pngs[pin] = plot(result)  # every plot drawn before any file is written: a failure leaves none behind
     folder.mkdir(parents=True, exist_ok=True)
     for pin, result in results.items():
         json_path, png_path = paths[pin]
         write_exclusive(json_path, dump_json(result))
-        write_exclusive(png_path, pngs[pin])
+        if pin in pngs:
+            write_exclusive(png_path, pngs[pin])
         for line in table(result):
             print(line)
-        print(f"survey: {json_path}\nplot: {png_path}")
+        print(f"survey: {json_path}" + (f"\nplot: {png_path}" if pin in pngs else ""))
+    if note is not None:
+        print(note, file=sys.stderr)
     return 0

@@ -52,7 +52,7 @@ def test_receipts_bad_partial_line_is_one_line(tmp_path: Path, capsys: pytest.Ca
     path = tmp_path / "x.partial.jsonl"
     path.write_text('{"event": "start"}\nnot json\n{"event": "test", "nodeid": "t.py::test_a", "outcome": "passed"}\n')
     assert main(["receipts", str(path)]) == 2
-    assert capsys.readouterr().err == f"oracles receipts: error: {path}:2: not valid JSON: Expecting value\n"
+    assert capsys.readouterr().err == f"oracles receipts: error: {path}:2:1: not valid JSON: Expecting value\n"
 
 
 def test_format_checks_shows_xfailed_and_not_run_and_old_rows() -> None:

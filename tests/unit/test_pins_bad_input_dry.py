@@ -73,6 +73,28 @@ def test_missing_snapshot_folder(pins_dir: Path, tmp_path: Path) -> None:
         verify_snapshot(load_pin("tiny", PinStore((pins_dir,))), tmp_path / "absent")
 
 
+def test_a_folder_an_option_gave_is_blamed_on_the_option(tmp_path: Path, snapshot: Path) -> None:
+    """A local pin's snapshot folder given by --snapshot: a missing folder or a mismatch names the option,
+    never "pin 'tiny' names it as its source" (what a user was told of a path they typed)."""
+    pins = tmp_path / "local-pins"
+    pins.mkdir()
+    (pins / "tiny.json").write_text(json.dumps({**_pin_obj(), "source": f"local:{snapshot}"}))
+    pin = load_pin("tiny", PinStore((pins,)))
+    with pytest.raises(PinError) as info:
+        verify_snapshot(pin, tmp_path / "nope", origin="--snapshot")
+    assert str(info.value) == (f"snapshot of pin 'tiny' missing: {tmp_path / 'nope'} (given by --snapshot) does not "
+                               "exist; expected the snapshot folder holding the pinned files")
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "config.json").write_bytes(FILES["config.json"])
+    with pytest.raises(PinError) as info:
+        verify_snapshot(pin, other, origin="--snapshot")
+    assert str(info.value) == (f"{other}/model.safetensors: pinned file of 'tiny' is missing; the folder was given by "
+                               "--snapshot, not by pin 'tiny''s source")
+    with pytest.raises(PinError, match=r"/nope is not a folder; pin 'tiny' names it as its source$"):
+        verify_snapshot(pin, tmp_path / "nope")  # control: the pin's own folder is the pin's
+
+
 def test_missing_pinned_file(pins_dir: Path, snapshot: Path) -> None:
     (snapshot / "config.json").unlink()
     with pytest.raises(PinError, match=rf"^{snapshot}/config\.json: pinned file of 'tiny' is missing$"):

@@ -174,8 +174,18 @@ def test_load_partial_ignores_torn_last_line(tmp_path: Path) -> None:
 def test_load_partial_bad_middle_line_names_path_and_line(tmp_path: Path) -> None:
     path = tmp_path / "run.partial.jsonl"
     path.write_text("\n".join([_line("t.py::a"), "{not json", _line("t.py::b")]) + "\n")
-    with pytest.raises(FixtureError, match=rf"^{path}:2: not valid JSON"):
+    with pytest.raises(FixtureError, match=rf"^{path}:2:2: not valid JSON: Expecting property name enclosed in double quotes$"):
         load_records(path)
+
+
+def test_load_partial_bad_line_gives_its_column(tmp_path: Path) -> None:
+    """An unterminated string: the message says where it starts, line and column (before: "...:2: not
+    valid JSON: Unterminated string starting at", json's message without its position)."""
+    path = tmp_path / "run.partial.jsonl"
+    path.write_text("\n".join([_line("t.py::a"), '{"nodeid": "t.py::b', _line("t.py::c")]) + "\n")
+    with pytest.raises(FixtureError) as info:
+        load_records(path)
+    assert str(info.value) == f"{path}:2:12: not valid JSON: Unterminated string starting at"
 
 
 @pytest.mark.parametrize(("obj", "message"), [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +93,22 @@ def test_command_writes_once_prints_and_plots(tmp_path: Path, capsys: pytest.Cap
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert main(["summarize", str(path)]) == 2  # never overwritten
     assert "already exists" in capsys.readouterr().err
+
+
+@pytest.mark.dry
+def test_without_matplotlib_the_summary_is_written_and_the_png_said_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """No matplotlib: the JSON and the table, one line saying why there is no PNG, exit 0 (before:
+    ModuleNotFoundError, exit 1, nothing written)."""
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(_receipt()))
+    assert main(["summarize", str(path)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.d1-summary.json", "r.json"]
+    out, err = capsys.readouterr()
+    assert err == "PNG not written: matplotlib is not installed (pip install 'pytest-oracles[plots]')\n"
+    assert "gold agreement 2/4 = 0.5" in out and f"summary: {tmp_path / 'r.d1-summary.json'}\n" in out
+    assert "plot:" not in out
 
 
 @pytest.mark.dry

@@ -7,6 +7,7 @@ figures.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +79,21 @@ def test_survey_writes_one_survey_per_pin(tmp_path: Path, capsys: pytest.Capture
     assert (tmp_path / "out" / "r.mymodel.absmax.png").read_bytes()[:4] == b"\x89PNG"
     out = capsys.readouterr().out
     assert "mymodel/torch: 2 runs; residual max 8" in out and f"{DEFAULT_PIN}/torch: 1 runs" in out, out
+
+
+def test_survey_without_matplotlib_writes_the_json_and_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """No matplotlib (an install without the plots, torch or dev extra): each pin's JSON and table, no PNG,
+    one line naming the extra that brings it, exit 0 (before: ModuleNotFoundError, exit 1, nothing written)."""
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"tests": [_record("mymodel", "a", 2.0), _record(DEFAULT_PIN, "a", 25000.0)]}))
+    assert cli_main(["survey", str(path)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["r.json", f"r.{DEFAULT_PIN}.absmax.json",
+                                                                 "r.mymodel.absmax.json"])
+    out, err = capsys.readouterr()
+    assert err == "PNG not written: matplotlib is not installed (pip install 'pytest-oracles[plots]')\n"
+    assert "mymodel/torch: 1 runs" in out and "plot:" not in out, out
 
 
 def test_survey_refuses_a_pin_that_is_not_a_file_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

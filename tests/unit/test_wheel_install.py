@@ -13,6 +13,7 @@ constraints.txt. Slow (~20 s here, most of it pip); the phases' seconds are prin
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -76,4 +77,21 @@ def test_wheel_in_a_fresh_venv_runs_the_dry_suite_outside_the_repo(tmp_path: Pat
     assert "warning" not in tail, f"a warning (an unknown mark without xdist, say): {out[-3000:]}"
     receipts = list((user / "receipts" / "default").glob("*.json"))
     assert len(receipts) == 1, "the ini turned pytest-oracles on: one receipt in the user's folder"
+    assert "'matplotlib'" not in installed, installed
+    _survey_without_matplotlib(venv, user)
     print("seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in seconds.items()))
+
+
+def _survey_without_matplotlib(venv: Path, user: Path) -> None:
+    """The installed ``oracles`` command without matplotlib (no plots, torch or dev extra): a survey writes
+    its JSON, says in one line why there is no PNG, and exits 0 (a user's report: a traceback, exit 1)."""
+    stats = {"pos0": 3.0, "rest": 1.0, "overall": 3.0, "argmax_pos": 0, "argmax_ch": 1}
+    record = {"nodeid": "x::test_text_absmax[a]", "outcome": "passed",
+              "data": {"kind": "absmax", "pin": "mine", "engine": "torch", "run": "a", "tokens": 2, "layers": [stats],
+                       "layer_input": stats, "final_norm": stats, "mlp_down_in": None}}
+    (user / "r.json").write_text(json.dumps({"tests": [record]}))
+    done = subprocess.run([str(venv / "bin" / "oracles"), "survey", "r.json"], cwd=user, env=clean_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stderr) == (0, "PNG not written: matplotlib is not installed (pip install "
+                                                 "'pytest-oracles[plots]')\n"), done
+    assert (user / "r.mine.absmax.json").is_file() and not (user / "r.mine.absmax.png").exists()
