@@ -19,7 +19,14 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from oracles.checks.port import first_divergence, port_figures, readout_failures, readout_figures, threshold_failures
+from oracles.checks.port import (
+    compared_rows,
+    first_divergence,
+    port_figures,
+    readout_failures,
+    readout_figures,
+    threshold_failures,
+)
 from oracles.engines.base import Generation, Step, Unsupported
 
 if TYPE_CHECKING:
@@ -58,17 +65,12 @@ def _first(*messages: str | None) -> str | None:
     return next((m for m in messages if m), None)
 
 
-def _prefix_steps(a: list[int], b: list[int]) -> int:
-    d = first_divergence(a, b)
-    return min(len(a), len(b)) if d is None else d + 1
-
-
 def forward_port(ref: Step, port: Step) -> str | None:
     return logits_failure("ping: prefill logits [row, token]", ref.logits, port.logits)
 
 
 def decode_port(ref: DecodeRun, port: DecodeRun) -> str | None:
-    n = _prefix_steps(ref.tokens, port.tokens)
+    n = compared_rows(ref.tokens, port.tokens)
     return _first(logits_failure("arith: decode step logits [step, token]", ref.step_logits[:n], port.step_logits[:n]),
                   tokens_failure("arith: greedy decode", ref.tokens, port.tokens))
 
@@ -83,7 +85,7 @@ def decode_recompute(_ref: DecodeRun, port: DecodeRun) -> str | None:
 
 
 def generation_port(ref: Generation, port: Generation) -> str | None:
-    n = _prefix_steps(ref.tokens, port.tokens)
+    n = compared_rows(ref.tokens, port.tokens)
     return _first(logits_failure("arith: greedy generation step logits [step, token]", ref.step_logits[:n],
                                  port.step_logits[:n]),
                   tokens_failure("arith: greedy generation", ref.tokens, port.tokens))
@@ -177,7 +179,7 @@ def d1_tree_row(_ref: RequestRun, port: RequestRun, keys: dict[str, list[str]]) 
 
 def cohort_port(ref: CohortRun, port: CohortRun) -> str | None:
     for b, lane in enumerate(ref.lanes):
-        n = _prefix_steps(ref.tokens_serial[b][1:], port.tokens_cohort[b][1:])
+        n = compared_rows(ref.tokens_serial[b][1:], port.tokens_cohort[b][1:])
         msg = _first(logits_failure(f"{lane}: cohort step logits [step, token] vs the reference's lane alone",
                                     ref.serial[b, :n], port.cohort[b, :n]),
                      tokens_failure(f"{lane}: cohort greedy", ref.tokens_serial[b], port.tokens_cohort[b]))
@@ -188,7 +190,7 @@ def cohort_port(ref: CohortRun, port: CohortRun) -> str | None:
 
 def cohort_serial(_ref: CohortRun, port: CohortRun) -> str | None:
     for b, lane in enumerate(port.lanes):
-        n = _prefix_steps(port.tokens_serial[b][1:], port.tokens_cohort[b][1:])
+        n = compared_rows(port.tokens_serial[b][1:], port.tokens_cohort[b][1:])
         msg = _first(logits_failure(f"{lane}: cohort step logits [step, token] vs the lane alone", port.serial[b, :n],
                                     port.cohort[b, :n]),
                      tokens_failure(f"{lane}: greedy", port.tokens_serial[b], port.tokens_cohort[b], ("alone", "cohort")))
