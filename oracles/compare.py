@@ -16,7 +16,14 @@ from typing import Any
 
 import numpy as np
 
-from oracles.checks.port import first_divergence, port_figures, readout_failures, readout_figures, threshold_failures
+from oracles.checks.port import (
+    compared_rows,
+    first_divergence,
+    port_figures,
+    readout_failures,
+    readout_figures,
+    threshold_failures,
+)
 from oracles.errors import ReceiptError
 from oracles.units import Key, Unit
 
@@ -140,38 +147,121 @@ def _argmax_agreement(r: Unit, p: Unit, divergent: int | None) -> dict[str, floa
     return {"argmax_agreement": float(np.mean(np.asarray(r.argmax[:n]) == np.asarray(p.argmax[:n])))}
 
 
-def _at_rows(fig: dict[str, Any], r: Unit, p: Unit) -> tuple[dict[str, Any], str]:
-    """``fig`` (:func:`oracles.checks.port.port_figures` of two units' arrays) with its row indices
-    renumbered to the rows the arrays hold (:attr:`oracles.units.Unit.array_rows`), and those rows named.
+def _renumbered(fig: dict[str, Any], at: tuple[int, ...]) -> dict[str, Any]:
+    """``fig`` (:func:`oracles.checks.port.port_figures` of ``len(at)`` rows) with its row indices replaced
+    by ``at``, the rows' numbers in their family's own numbering (:attr:`oracles.units.Unit.array_rows`)."""
+    return {**fig, "max_abs_at": [at[fig["max_abs_at"][0]], *fig["max_abs_at"][1:]],
+            "kl_argmax_row": at[fig["kl_argmax_row"]],
+            "disagreements": [{**d, "row": at[d["row"]]} for d in fig["disagreements"]]}
 
-    A decode unit stores its last step's logits only: row 0 of the array is step 63 of a 64-step decode,
-    and the family's own test, which holds every step, says 63; so must the comparison. The reference's
-    numbering is used; a port unit whose array is another row is named beside it.
+
+def _named(word: str, at: tuple[int, ...]) -> str:
+    """``step 63`` for one row, ``steps 0-63`` for consecutive rows, else ``steps 0, 2, 5``."""
+    if len(at) == 1:
+        return f"{word} {at[0]}"
+    if at == tuple(range(at[0], at[0] + len(at))):
+        return f"{word}s {at[0]}-{at[-1]}"
+    return f"{word}s {', '.join(map(str, at))}"
+
+
+def _at_rows(fig: dict[str, Any], r: Unit, p: Unit) -> tuple[dict[str, Any], str]:
+    """``fig`` (:func:`oracles.checks.port.port_figures` of the held rows of two units' arrays, the
+    leading ``fig["rows"]``) with its row indices renumbered as the family's own test numbers them
+    (:attr:`oracles.units.Unit.array_rows`: decode row 63 is step 63; a chat turn's one row is its
+    turn), and those rows named (``steps 0-63``). The reference's numbering is used; a port unit whose
+    rows are numbered otherwise is named beside it. Returned as given when the numbering does not fit.
     """
-    at = r.array_rows
-    name = f"{r.spec.row} {', '.join(map(str, at))}"
-    if p.array_rows != at:
-        name += f" (port: {r.spec.row} {', '.join(map(str, p.array_rows))})"
+    at = r.array_rows[:fig.get("rows", 0)]
+    word = r.spec.row
+    name = _named(word, at) if at else f"{word}s -"
+    theirs = p.array_rows[:len(at)]
+    if theirs != at:
+        name += f" (port: {_named(word, theirs) if theirs else '-'})"
     if len(at) != fig.get("rows"):
         return fig, name
-    fig = {**fig, "max_abs_at": [at[fig["max_abs_at"][0]], *fig["max_abs_at"][1:]],
-           "kl_argmax_row": at[fig["kl_argmax_row"]],
-           "disagreements": [{**d, "row": at[d["row"]]} for d in fig["disagreements"]]}
-    return fig, name
+    return _renumbered(fig, at), name
+
+
+def _first_row_over(a: np.ndarray, b: np.ndarray, r: Unit) -> str:
+    """The first held row that passes a threshold on its own (there is one whenever the rows together
+    pass one: NMSE over rows is a weighted mean of the rows' NMSEs, the other figures are per row),
+    named as its family numbers it, with its failures and the token of its largest |Δlogit|, both values.
+
+    ``a``, ``b``: the held rows, ``[n, V]`` float32 (``[V]`` is one row). "" when no row does."""
+    a2, b2 = a.reshape(-1, a.shape[-1]), b.reshape(-1, b.shape[-1])
+    at = r.array_rows[:a2.shape[0]] if len(r.array_rows) >= a2.shape[0] else tuple(range(a2.shape[0]))
+    for i in range(a2.shape[0]):
+        fails = threshold_failures(_renumbered(port_figures(a2[i], b2[i]), (at[i],)))
+        if fails:
+            t = int(np.abs(a2[i].astype(np.float64) - b2[i]).argmax())
+            return (f"first {r.spec.row} over a threshold on its own: {r.spec.row} {at[i]} ({'; '.join(fails)}); "
+                    f"its largest |Δlogit| at token {t}: reference {float(a2[i, t]):.9g} vs port {float(b2[i, t]):.9g}")
+    return ""
+
+
+def held_rows(r: Unit, p: Unit, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray] | str:
+    """The rows of ``a`` (reference) and ``b`` (port) that the kind holds to the thresholds
+    (:attr:`oracles.units.Kind.held`), the same rows its family's port test holds: ``all``; ``prefix``,
+    the leading :func:`oracles.checks.port.compared_rows` of the two units' tokens; ``first``, row 0.
+
+    Args:
+        a, b: the units' arrays as :func:`oracles.units_reader.unit_array` returns them (``[V]``,
+            ``[1, V]``, ``[T, V]``, ``[S, V]`` float32); ``[V]`` is held whole.
+
+    Returns:
+        The two held slices, or why nothing is held (one line, e.g. no row computed from a shared prefix).
+    """
+    held = r.spec.held
+    if held == "all" or a.ndim == 1:
+        return a, b
+    n = 1 if held == "first" else compared_rows(r.tokens or (), p.tokens or ())
+    n = min(n, a.shape[0], b.shape[0])
+    if n == 0:
+        return "not compared: no step row computed from a shared prefix"
+    return a[:n], b[:n]
+
+
+def _logits(row: dict[str, Any], r: Unit, p: Unit, a: np.ndarray, b: np.ndarray) -> tuple[list[str], bool]:
+    """Hold the units' held rows (:func:`held_rows`) to the thresholds, adding the figures to ``row``.
+
+    Returns:
+        The failures (the first names the rows held and the first row over a threshold, with both
+        values) and whether the logits were held (False when nothing could be compared).
+    """
+    rows = held_rows(r, p, a, b)
+    if isinstance(rows, str):
+        row["logits"] = rows
+        return [], False
+    try:
+        fig = port_figures(*rows)
+    except ValueError as exc:
+        return [str(exc)], False
+    row.update({k: fig[k] for k in ("max_abs", "nmse", "kl_mean", "kl_max", "bit_equal")})
+    fig, row["logits_at"] = _at_rows(fig, r, p)
+    row["logits_rows"], row["max_abs_at"] = fig["rows"], fig["max_abs_at"]
+    if r.keys is not None:
+        row["argmax_agreement"] = fig["argmax_agreement"]
+    fails = threshold_failures(fig)
+    if fails and r.spec.row != "slot":  # a read-out's one row is its slot: nothing to name
+        fails[0] = f"{r.spec.array} of {row['logits_at']}: {fails[0]}"
+        first = _first_row_over(*rows, r) if fig["rows"] > 1 else ""
+        fails[0] += f"; {first}" if first else ""
+    return fails, True
 
 
 def compare_pair(r: Unit, p: Unit, a: np.ndarray | None, b: np.ndarray | None) -> dict[str, Any]:
-    """One comparison row of a matched pair (``r`` reference, ``p`` port, ``a``/``b`` their logits):
-    figures, ``failures`` (one line each, reasons for exit 1; the first logits failure names the step,
-    position or turn the array holds, numbered as the family's own test numbers its rows: ``logits_at``),
-    ``held`` (what was held to a threshold: ``tokens`` of a greedy kind, ``logits``, ``read-out``),
-    ``status`` and ``ok``.
+    """One comparison row of a matched pair (``r`` reference, ``p`` port, ``a``/``b`` their logits as
+    :func:`oracles.units_reader.unit_array` returns them): figures, ``failures`` (one line each,
+    reasons for exit 1; a logits failure names the rows held, numbered as the family's own test numbers
+    them, ``logits_at``, and the first row over a threshold with both values), ``held`` (what was held
+    to a threshold: ``tokens`` of a greedy kind, ``logits``, ``read-out``), ``status`` and ``ok``.
 
+    The logits held are the rows the kind's family holds (:func:`held_rows`): every prompt position of
+    a prefill; a decode's or greedy generation's steps through the first divergent token; a sampled
+    generation's first step (its later tokens follow a draw, recorded, not held).
     ``status`` is ``"FAIL"`` (``ok`` False) when a failure is listed, ``"ok"`` (``ok`` True) when
     something was held and passed, and ``"recorded only"`` (``ok`` None) when nothing but the prompt
-    ids was held: a sampled generation whose tokens diverged, so its logits are not comparable and its
-    tokens are not expected to agree; such a row can fail only on its prompt ids."""
-    spec = r.spec
+    ids was held (a generation without a step); such a row can fail only on its prompt ids."""
     row: dict[str, Any] = {"kind": r.kind, "unit": r.unit, "request_sha256": r.request_sha256, "label": r.label,
                            "ref_pin": r.pin, "port_pin": p.pin, "ref_engine": r.engine, "port_engine": p.engine,
                            "ref_test": r.test, "port_test": p.test, "ids_equal": r.ids == p.ids}
@@ -180,33 +270,16 @@ def compare_pair(r: Unit, p: Unit, a: np.ndarray | None, b: np.ndarray | None) -
         row["first_divergent_token"] = first_divergence(r.tokens, p.tokens)
     row.update(_argmax_agreement(r, p, row.get("first_divergent_token")))
     held: list[str] = []
-    if r.tokens is not None and p.tokens is not None:
-        if spec.greedy:
-            held.append("tokens")
-            if row["first_divergent_token"] is not None:
-                fails.append(f"greedy tokens diverge at {row['first_divergent_token']}")
-    if row.get("first_divergent_token") is not None:
-        a = b = None
-        row["logits"] = "not compared: the token sequences differ before the last row"
-    elif r.keys is not None and not row["ids_equal"]:
-        a = b = None
+    if r.spec.greedy and r.tokens is not None and p.tokens is not None:
+        held.append("tokens")
+        if row["first_divergent_token"] is not None:
+            fails.append(f"greedy tokens diverge at {row['first_divergent_token']}")
+    if r.keys is not None and not row["ids_equal"]:
         row["logits"] = "not compared: the rows' ids differ"
-    if a is not None and b is not None:
-        try:
-            fig = port_figures(a, b)
-        except ValueError as exc:
-            fig, fails = {}, [*fails, str(exc)]
-        row.update({k: fig[k] for k in ("max_abs", "nmse", "kl_mean", "kl_max", "bit_equal") if k in fig})
-        if fig:
-            fig, row["logits_at"] = _at_rows(fig, r, p)
-            row["max_abs_at"] = fig["max_abs_at"]
-            held.append("logits")
-            if r.keys is not None:
-                row["argmax_agreement"] = fig["argmax_agreement"]
-            logit_fails = threshold_failures(fig)
-            if logit_fails and spec.row != "slot":  # a read-out's one row is its slot: nothing to name
-                logit_fails[0] = f"{spec.array} of {row['logits_at']}: {logit_fails[0]}"
-            fails += logit_fails
+    elif a is not None and b is not None:
+        logit_fails, compared = _logits(row, r, p, a, b)
+        fails += logit_fails
+        held += ["logits"] if compared else []
     if r.keys is not None and p.keys is not None:
         if r.keys != p.keys:
             fails.append(f"read-out keys differ: reference {list(r.keys)} vs port {list(p.keys)}")
@@ -228,7 +301,9 @@ def fmt(v: Any, spec: str, width: int) -> str:
 
 #: Under the table: what the two token columns compare and what "recorded only" means.
 LEGEND = ("prompt ids: the input token ids are equal; gen tokens: the generated tokens (div@N: the first position "
-          "they differ); recorded only: a sampled generation that diverged, nothing held to a threshold")
+          "they differ); logits held: every prompt position of a prefill, a greedy run's steps through the first "
+          "divergent token, a sampled generation's first step (its tokens recorded only); recorded only: nothing "
+          "held to a threshold (a generation without a step)")
 HEAD = (f"{'kind':<16} {'unit':<28} {'prompt ids':<10} {'argmax':>7} {'max|Δlogit|':>11} {'KL max':>9} "
         f"{'max|Δp|':>9} {'answer':<20} {'gen tokens':>10}  status")
 

@@ -22,8 +22,10 @@ from oracles.errors import FixtureError
 from oracles.receipt_files import load_json
 
 #: 2: comparable units are declared records under a test's ``data.units`` (:mod:`oracles.units`), no
-#: longer loose fields of its data; a reader refuses a receipt of another schema.
-SCHEMA_VERSION = 2
+#: longer loose fields of its data. 3: a prefill, decode or generation unit carries every row its
+#: family's port test holds (``logits`` ``[T, V]``, ``step_logits`` ``[S, V]``), no longer the last row
+#: alone (``last_logits`` ``[V]``). A reader refuses a receipt of another schema.
+SCHEMA_VERSION = 3
 
 #: Every outcome a test record can have. ``crashed``: the worker died mid-test; ``timeout``:
 #: pytest-timeout stopped it; ``not_run``: it never started (``--deadline``, or the run was cut short).
@@ -264,7 +266,7 @@ def check_schema_version(receipt: Mapping[str, Any], path: Path) -> None:
     Its fields may mean something else (schema 1 held units as loose data fields), so no reader guesses.
 
     Raises:
-        FixtureError: ``"<path>: field 'schema_version' is 3, not 2: ..."`` (file, field, both versions).
+        FixtureError: ``"<path>: field 'schema_version' is 4, not 3: ..."`` (file, field, both versions).
     """
     version = receipt.get("schema_version")
     if type(version) is int and version == SCHEMA_VERSION:  # True == 1 and 2.0 == 2: neither is a schema

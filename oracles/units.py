@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Mapping, Sequence
+from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
 
@@ -28,6 +28,8 @@ from oracles.receipts import Receipt
 DATA_KEY = "units"
 
 Key = tuple[str, str, str, str]
+#: Which rows of a unit's array ``oracles compare`` holds to the thresholds (:attr:`Kind.held`).
+Held = Literal["all", "prefix", "first"]
 
 
 @dataclass(frozen=True)
@@ -35,15 +37,21 @@ class Kind:
     """What one unit of a kind holds.
 
     ``fields``: which of ``tokens``, ``argmax``, ``readout`` (``keys``, ``probs``, ``argmax_key``) it
-    must carry; the others it must not. ``array``: the role of its logits in the npz sidecar, ``[V]``
-    when ``rows`` is None, ``[1, V]`` when ``rows`` is 1; ``array_required`` False where a unit may
-    have none (a generation that produced no step). ``greedy``: its tokens are chosen by argmax, so a
-    divergent token is a failure. ``unit``: what the ``unit`` field names ("" allowed when it names
-    nothing: the record is the unit). ``family``: the family whose tests attach it
-    (tests/unit/test_compare_no_units.py holds this to the suite). ``row``: what the array's row is, in
-    the numbering the family's own tests report rows in (:attr:`Unit.array_rows`): ``position`` (the
-    prompt's last), ``step`` (the last decode step; step 0 comes from the prefill), ``turn`` (the unit's
-    turn, from 0), ``slot`` (the read-out's answer slot, its one row).
+    must carry; the others it must not. ``array``: the role of its logits in the npz sidecar, a float
+    array shaped as ``rows`` says (:attr:`shape`): None, one row stored as ``[V]``; an int n, ``[n, V]``;
+    a letter (``T`` prompt positions, ``S`` steps), ``[T, V]``: one row per entry of the unit's
+    ``argmax``, every row its family's port test holds. ``array_required`` False where a unit may have
+    none (a generation that produced no step). ``greedy``: its tokens are chosen by argmax, so a
+    divergent token is a failure. ``held``: which rows ``oracles compare`` holds to the thresholds,
+    the rows the family's port test holds: ``all``; ``prefix``, the rows computed from the same
+    prefix (:func:`oracles.checks.port.compared_rows`: through the first divergent generated token);
+    ``first``, row 0 only (a sampled generation's first step comes from the prompt alone; later ones
+    follow a draw). ``unit``: what the ``unit`` field names ("" allowed when it names nothing: the
+    record is the unit). ``family``: the family whose tests attach it (tests/unit/test_compare_no_units.py
+    holds this to the suite). ``row``: what the array's rows are, in the numbering the family's own
+    tests report rows in (:attr:`Unit.array_rows`): ``position`` (prompt position, from 0), ``step``
+    (decode step; step 0 comes from the prefill), ``turn`` (the unit's turn, from 0), ``slot`` (the
+    read-out's answer slot, its one row).
     """
 
     name: str
@@ -52,14 +60,31 @@ class Kind:
     array: str
     family: str
     row: str
-    rows: int | None = None
+    rows: int | str | None = None
     array_required: bool = True
     greedy: bool = False
+    held: Held = "all"
     unit: str = ""
 
     @property
     def shape(self) -> str:
-        return "[1, V]" if self.rows else "[V]"
+        """The declared shape of the array, as messages write it: ``[V]``, ``[1, V]``, ``[S, V]``."""
+        return "[V]" if self.rows is None else f"[{self.rows}, V]"
+
+    def shape_problem(self, shape: tuple[int, ...], argmax: Sequence[int] | None) -> str | None:
+        """Why an array of ``shape`` is not this kind's (:attr:`shape`), or None when it is.
+
+        ``argmax``: the unit's per-row argmax; a kind with a letter for ``rows`` holds one row per entry.
+        Every row needs at least one logit.
+        """
+        if isinstance(self.rows, str):
+            n: int | None = len(argmax or ())
+            want = f"{self.shape} with {self.rows} = {n}, one row per entry of the unit's argmax"
+        else:
+            n, want = self.rows, self.shape
+        if len(shape) != (1 if n is None else 2) or (n is not None and shape[0] != n) or shape[-1] == 0:
+            return f"has shape {list(shape)}, not {want}"
+        return None
 
 
 def _kind(name: str, holds: str, carries: str, array: str, family: str, row: str, **kw: Any) -> Kind:
@@ -69,15 +94,16 @@ def _kind(name: str, holds: str, carries: str, array: str, family: str, row: str
 _READOUT = "the question id"
 #: Every kind a unit may be, the one table writer and readers share.
 KINDS: dict[str, Kind] = {k.name: k for k in (
-    _kind("prefill", "a prompt record's cold prefill: per-position argmax, the last row's logits [V]", "argmax",
-          "last_logits", "mtplx", "position", greedy=True),
-    _kind("decode", "greedy decode through the cache to a stop token: tokens, per-step argmax, the last step's "
-                    "logits [V]", "tokens argmax", "last_logits", "mtplx", "step", greedy=True),
-    _kind("generate-greedy", "the engine's own greedy generation: tokens, per-step argmax, the last step's logits "
-                             "[V] (none when no step ran)", "tokens argmax", "last_logits", "mtplx", "step",
-          array_required=False, greedy=True),
+    _kind("prefill", "a prompt record's cold prefill: per-position argmax, every position's logits [T, V]", "argmax",
+          "logits", "mtplx", "position", rows="T", greedy=True),
+    _kind("decode", "greedy decode through the cache to a stop token: tokens, per-step argmax, every step's logits "
+                    "[S, V]", "tokens argmax", "step_logits", "mtplx", "step", rows="S", greedy=True, held="prefix"),
+    _kind("generate-greedy", "the engine's own greedy generation: tokens, per-step argmax, every step's logits [S, V] "
+                             "(none when no step ran)", "tokens argmax", "step_logits", "mtplx", "step", rows="S",
+          array_required=False, greedy=True, held="prefix"),
     _kind("generate-sampled", "the engine's own seeded sampled generation: as generate-greedy, its tokens only "
-                              "recorded", "tokens argmax", "last_logits", "mtplx", "step", array_required=False),
+                              "recorded, its first step held", "tokens argmax", "step_logits", "mtplx", "step",
+          rows="S", array_required=False, held="first"),
     _kind("chat", "one chat turn through the live cache: the suffix ids, the greedy tokens, the warm next-token "
                   "logits [V]", "tokens", "warm_logits", "mtplx_chat", "turn", greedy=True, unit="turn<n>"),
     _kind("d1-row", "a d1 question read out on its own row: keys, probabilities, slot logits [1, V]", "readout",
@@ -131,17 +157,17 @@ class Unit:
     def array_rows(self) -> tuple[int, ...]:
         """Per row of the unit's array, its index in the numbering :attr:`Kind.row` names.
 
-        A prefill holds one argmax per position and a decode or generation one per step, and its array is
-        the last of those rows: index ``len(argmax) - 1``. A chat turn's is the turn (``turn<n>``: n - 1);
+        A prefill's array holds every position and a decode's or generation's every step, one row per
+        argmax entry: ``0 .. len(argmax) - 1``. A chat turn's one row is the turn (``turn<n>``: n - 1);
         a read-out's one row is the slot (0). Empty when there is no array (a generation without a step).
-        Derived from what a unit already holds, so receipts written before this read the same.
+        Derived from what a unit already holds: nothing about rows is stored.
         """
         row = self.spec.row
         if row in ("position", "step"):  # no argmax: no step ran, and there is no array
-            return (len(self.argmax) - 1,) if self.argmax else ()
+            return tuple(range(len(self.argmax or ())))
         if row == "turn" and self.unit.removeprefix("turn").isdigit():
             return (int(self.unit.removeprefix("turn")) - 1,)
-        return tuple(range(self.spec.rows or 1))
+        return tuple(range(self.spec.rows if isinstance(self.spec.rows, int) else 1))
 
     def to_json(self) -> dict[str, Any]:
         """The stored form: the fields, lists for tuples, absent fields left out (``test`` never stored)."""
@@ -271,8 +297,9 @@ def _as_list(value: Any, name: str, numeric: str) -> list[Any] | None:
     return [int(x) for x in arr] if numeric == "iu" else [float(x) for x in arr]
 
 
-def _as_array(spec: Kind, role: str, a: Any) -> np.ndarray:
-    """``a`` as an array of the shape and dtype ``spec`` declares for ``role``.
+def _as_array(spec: Kind, role: str, a: Any, argmax: Sequence[int] | None) -> np.ndarray:
+    """``a`` as an array of the shape and dtype ``spec`` declares for ``role`` (:meth:`Kind.shape_problem`:
+    a ``[S, V]`` kind holds one row per entry of ``argmax``).
 
     Raises:
         ValueError: an undeclared role or a wrong shape; TypeError: not a float array (names the role).
@@ -282,8 +309,9 @@ def _as_array(spec: Kind, role: str, a: Any) -> np.ndarray:
     arr = np.asarray(a)
     if arr.dtype.kind != "f":
         raise TypeError(f"field 'arrays.{role}' has dtype {arr.dtype}, not a float array")
-    if arr.ndim != (2 if spec.rows else 1) or (spec.rows and arr.shape[0] != spec.rows) or arr.shape[-1] == 0:
-        raise ValueError(f"field 'arrays.{role}' has shape {list(arr.shape)}, not {spec.shape}")
+    problem = spec.shape_problem(arr.shape, argmax)
+    if problem:
+        raise ValueError(f"field 'arrays.{role}' {problem}")
     return arr
 
 
@@ -295,13 +323,14 @@ def _stored_form(kind: str, given: dict[str, Any],
         TypeError, ValueError: as :func:`_as_list` and :func:`_as_array`.
     """
     spec = KINDS.get(kind) if isinstance(kind, str) else None
-    arrs = {role: _as_array(spec, role, a) for role, a in arrays.items()} if spec else {}
+    argmax = _as_list(given["argmax"], "argmax", "iu")
+    arrs = {role: _as_array(spec, role, a, argmax) for role, a in arrays.items()} if spec else {}
     keys = given["keys"]
     if isinstance(keys, str):
         raise TypeError("field 'keys' is a string, not a sequence of strings")
     obj = {"kind": kind, **given, "keys": None if keys is None else list(keys),
            "ids": _as_list(given["ids"], "ids", "iu"),
-           "tokens": _as_list(given["tokens"], "tokens", "iu"), "argmax": _as_list(given["argmax"], "argmax", "iu"),
+           "tokens": _as_list(given["tokens"], "tokens", "iu"), "argmax": argmax,
            "probs": _as_list(given["probs"], "probs", "iuf"), "arrays": {role: "" for role in arrs}}
     if spec is not None and "readout" in spec.fields and obj["keys"] and obj["probs"]:
         obj["argmax_key"] = _top(obj["keys"], obj["probs"])
@@ -318,7 +347,8 @@ def attach_unit(receipt: Receipt, kind: str, *, request_sha256: str, pin: str, e
     Args:
         kind: one of :data:`KINDS`; the other arguments are the :class:`Unit`'s fields; ``argmax_key``
             is derived from ``keys`` and ``probs``. Integer sequences may be numpy arrays.
-        arrays: role -> float array, the roles and shapes the kind declares (``[V]`` or ``[1, V]``).
+        arrays: role -> float array, the roles and shapes the kind declares (``[V]``, ``[1, V]``, or
+            ``[T, V]``/``[S, V]``: one row per entry of ``argmax``).
 
     Returns:
         The unit as stored (its ``arrays`` hold npz keys).

@@ -24,7 +24,8 @@ def check_schema(receipt: Any, path: Path) -> None:
     Raises:
         ReceiptError: not a JSON object with a ``tests`` list, or ``schema_version`` is not
             :data:`oracles.receipts.SCHEMA_VERSION` (a receipt of schema 1 holds its units as loose
-            fields of a test's data, which no reader guesses at).
+            fields of a test's data, one of schema 2 the last row of a prefill, decode or generation
+            alone: no reader guesses at either).
     """
     if not isinstance(receipt, dict):
         raise ReceiptError(f"{path}: not a receipt (a JSON object with a 'tests' list)")
@@ -33,7 +34,8 @@ def check_schema(receipt: Any, path: Path) -> None:
     version = receipt.get("schema_version")
     if version != SCHEMA_VERSION:
         raise ReceiptError(f"{path}: field 'schema_version' is {version!r}, not {SCHEMA_VERSION}: its comparable units "
-                           f"are not declared records (data.units); re-run its tests with this plugin to read them")
+                           f"are not the records this plugin declares (oracles/units.py); re-run its tests with this "
+                           f"plugin to read them")
 
 
 def units_of(receipt: Any, path: Path) -> list[Unit]:
@@ -88,7 +90,8 @@ def unit_array(u: Unit, npz: Any, path: Path) -> np.ndarray | None:
     """The unit's logits (its kind's declared array) as float32, or None when it carries none.
 
     Returns:
-        ``[V]`` or ``[1, V]`` float32, as :data:`KINDS` declares for ``u.kind``.
+        float32 shaped as :data:`oracles.units.KINDS` declares for ``u.kind``: ``[V]``, ``[1, V]``, or
+        ``[T, V]``/``[S, V]`` with one row per entry of ``u.argmax`` (:meth:`oracles.units.Kind.shape_problem`).
 
     Raises:
         ReceiptError: the unit names an array the sidecar lacks or cannot read (or there is no
@@ -112,6 +115,7 @@ def unit_array(u: Unit, npz: Any, path: Path) -> np.ndarray | None:
         raise bad(f"names npz key {key!r}, which cannot be read: {exc}") from exc
     if a.dtype.kind != "f":
         raise bad(f"has dtype {a.dtype}, not a float array")
-    if a.ndim != (2 if spec.rows else 1) or (spec.rows and a.shape[0] != spec.rows):
-        raise bad(f"has shape {list(a.shape)}, not {spec.shape}")
+    problem = spec.shape_problem(a.shape, u.argmax)
+    if problem:
+        raise bad(problem)
     return a.astype(np.float32)

@@ -78,6 +78,17 @@ def first_divergence(ref: Sequence[int], port: Sequence[int]) -> int | None:
     return None if len(ref) == len(port) else n
 
 
+def compared_rows(ref_tokens: Sequence[int], port_tokens: Sequence[int]) -> int:
+    """How many leading step rows of two greedy runs come from the same prefix: every row while the
+    generated tokens agree, through the row that chose the first divergent token (its prefix is still
+    shared; later rows condition on different tokens), and no more rows than either run holds (one
+    row per token). ``oracles/suite/test_port.py``, the fault matrix and ``oracles compare`` hold these
+    rows of a decode or generation to the thresholds."""
+    d = first_divergence(ref_tokens, port_tokens)
+    n = min(len(ref_tokens), len(port_tokens))
+    return n if d is None else min(d + 1, n)
+
+
 def top2_gap(logits: Any) -> np.ndarray:
     """Per row, the largest logit minus the second largest (float64)."""
     x = np.asarray(logits, dtype=np.float64).reshape(-1, np.shape(logits)[-1])
@@ -190,5 +201,6 @@ def assert_within_thresholds(what: str, fig: dict[str, Any]) -> None:
 
 
 __all__ = ["held_figures", "assert_within_thresholds", "MAX_ABS_LOGIT", "MAX_NMSE", "MAX_KL", "NEAR_TIE", "first_divergence",
+           "compared_rows",
            "port_figures", "threshold_failures", "top2_gap", "log_softmax64", "MAX_ABS_DP", "KEY_MARGIN", "readout_figures",
            "readout_failures"]

@@ -7,11 +7,14 @@ another pin's port units instead (an fp32 pin against a converted one). No path 
 key, so receipts from different machines compare, and one receipt that holds both engines compares
 with itself. Per match: ids equal, argmax agreement, max |Δlogit|, NMSE, KL(ref‖port), first
 divergent token; read-outs add max |Δp| and whether the answer agrees. The thresholds are those of
-:mod:`oracles.checks.port`.
+:mod:`oracles.checks.port`, held on the rows the family's port test holds (:func:`oracles.compare.held_rows`):
+every prompt position of a prefill, a greedy decode's or generation's steps through the first divergent
+token, a sampled generation's first step (its tokens are recorded, not held), so a unit passes here
+exactly when its family's port test passes it on the same logits.
 
 Units present in one receipt only are listed (a port may run a sample), not an error, and the
 summary line says so; ``--require-all`` makes a reference unit without a port unit a failure. A
-sampled generation whose tokens diverged is "recorded only": nothing in it is held to a threshold.
+generation without a step is "recorded only": nothing in it is held to a threshold.
 The npz sidecar is the one the JSON names, else the JSON's namesake ``<stem>.npz`` (said when used).
 A comparison JSON is written exclusively, after every input is checked (a bad input is refused first): a
 taken ``--out`` is refused before anything is printed; the default name gains ``-2``, ``-3`` ... when taken

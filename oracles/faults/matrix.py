@@ -6,9 +6,9 @@ Every check here is the suite's own. A port held against the reference goes thro
 (tokens), as the port family does. A family's self-consistency check holds the port against *itself*
 with the function its family's test calls: cached vs recomputed and warm vs cold through
 :func:`oracles.checks.cache.cache_failure`; cohort vs serial through
-:func:`oracles.checks.cohort.serial_gap_failure`, the cohort test's bound and criteria. Tree vs row uses the read-out threshold (Δp 2.5e-3),
-looser than the d1 test's 1e-4, so a catch here is a catch there. So a check that catches a fault
-here is one the suite makes.
+:func:`oracles.checks.cohort.serial_gap_failure`, the cohort test's bound and criteria. Tree vs
+row uses the read-out threshold (Δp 2.5e-3), looser than the d1 test's 1e-4, so a catch here is a
+catch there. So a check that catches a fault here is one the suite makes.
 
 Each check returns None (passed) or its first failure, one line naming record and position. Pure:
 numpy and the family run objects; no engine is called.
@@ -22,7 +22,14 @@ import numpy as np
 
 from oracles.checks.cache import cache_failure
 from oracles.checks.cohort import serial_gap_failure
-from oracles.checks.port import first_divergence, port_figures, readout_failures, readout_figures, threshold_failures
+from oracles.checks.port import (
+    compared_rows,
+    first_divergence,
+    port_figures,
+    readout_failures,
+    readout_figures,
+    threshold_failures,
+)
 from oracles.engines.base import Generation, Step, Unsupported
 
 if TYPE_CHECKING:
@@ -61,17 +68,12 @@ def _first(*messages: str | None) -> str | None:
     return next((m for m in messages if m), None)
 
 
-def _prefix_steps(a: list[int], b: list[int]) -> int:
-    d = first_divergence(a, b)
-    return min(len(a), len(b)) if d is None else d + 1
-
-
 def forward_port(ref: Step, port: Step) -> str | None:
     return logits_failure("ping: prefill logits [row, token]", ref.logits, port.logits)
 
 
 def decode_port(ref: DecodeRun, port: DecodeRun) -> str | None:
-    n = _prefix_steps(ref.tokens, port.tokens)
+    n = compared_rows(ref.tokens, port.tokens)
     return _first(logits_failure("arith: decode step logits [step, token]", ref.step_logits[:n], port.step_logits[:n]),
                   tokens_failure("arith: greedy decode", ref.tokens, port.tokens))
 
@@ -87,7 +89,7 @@ def decode_recompute(_ref: DecodeRun, port: DecodeRun) -> str | None:
 
 
 def generation_port(ref: Generation, port: Generation) -> str | None:
-    n = _prefix_steps(ref.tokens, port.tokens)
+    n = compared_rows(ref.tokens, port.tokens)
     return _first(logits_failure("arith: greedy generation step logits [step, token]", ref.step_logits[:n],
                                  port.step_logits[:n]),
                   tokens_failure("arith: greedy generation", ref.tokens, port.tokens))
@@ -182,7 +184,7 @@ def d1_tree_row(_ref: RequestRun, port: RequestRun, keys: dict[str, list[str]]) 
 
 def cohort_port(ref: CohortRun, port: CohortRun) -> str | None:
     for b, lane in enumerate(ref.lanes):
-        n = _prefix_steps(ref.tokens_serial[b][1:], port.tokens_cohort[b][1:])
+        n = compared_rows(ref.tokens_serial[b][1:], port.tokens_cohort[b][1:])
         msg = _first(logits_failure(f"{lane}: cohort step logits [step, token] vs the reference's lane alone",
                                     ref.serial[b, :n], port.cohort[b, :n]),
                      tokens_failure(f"{lane}: cohort greedy", ref.tokens_serial[b], port.tokens_cohort[b]))
@@ -194,7 +196,7 @@ def cohort_port(ref: CohortRun, port: CohortRun) -> str | None:
 def cohort_serial(_ref: CohortRun, port: CohortRun) -> str | None:
     """The cohort family's lane check (:func:`oracles.checks.cohort.serial_gap_failure`) and greedy tokens."""
     for b, lane in enumerate(port.lanes):
-        n = _prefix_steps(port.tokens_serial[b][1:], port.tokens_cohort[b][1:])
+        n = compared_rows(port.tokens_serial[b][1:], port.tokens_cohort[b][1:])
         msg = _first(serial_gap_failure(f"{lane}: cohort step logits vs the lane alone", port.serial[b, :n],
                                         port.cohort[b, :n]),
                      tokens_failure(f"{lane}: greedy", port.tokens_serial[b], port.tokens_cohort[b], ("alone", "cohort")))

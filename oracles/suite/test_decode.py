@@ -36,7 +36,7 @@ def test_decode_to_stop(runs: Runs, engine: Engine, record: PromptRecord, receip
     run = ex.decode(runs, engine, record)
     attach_unit(receipt, "decode", request_sha256=record.sha256, pin=engine.pin, engine=engine.id, record=record.id,
                 ids=record.ids, tokens=run.tokens, argmax=run.step_logits.argmax(-1),
-                arrays={"last_logits": run.step_logits[-1]})
+                arrays={"step_logits": run.step_logits})  # [S, V]: every step test_decode_vs_reference holds
     receipt.update(text=engine.decode(run.tokens), finish_reason=run.finish_reason, max_new_tokens=run.max_new_tokens,
                    row_sha256=row_fingerprints(run.step_logits, f"{record.id}: decode step logits"),
                    prefill_seconds=round(run.prefill_seconds, 4), decode_seconds=round(run.decode_seconds, 4),
@@ -111,10 +111,10 @@ def prompt(request: pytest.FixtureRequest, pin: str) -> PromptRecord:
 
 def test_prefill_comparable(runs: Runs, engine: Engine, prompt: PromptRecord, receipt: Receipt) -> None:
     """The prompt records' prefill (test_forward's run, same key) as a comparable record for
-    ``oracles compare``: ids, per-row argmax and fingerprints, the last row's logits in the npz."""
+    ``oracles compare``: ids, per-row argmax and fingerprints, every position's logits ``[T, V]`` in the npz."""
     step = ex.prefill(runs, engine, prompt)
     argmax = [int(i) for i in step.logits.argmax(-1)]
     attach_unit(receipt, "prefill", request_sha256=prompt.sha256, pin=engine.pin, engine=engine.id, record=prompt.id,
-                ids=prompt.ids, argmax=argmax, arrays={"last_logits": step.logits[-1]})
+                ids=prompt.ids, argmax=argmax, arrays={"logits": step.logits})  # [T, V], as test_prefill_vs_reference holds
     receipt.update(row_sha256=row_fingerprints(step.logits, f"{prompt.id}: prefill logits"))
     assert len(argmax) == len(prompt.ids), f"{prompt.id}: {len(argmax)} logit rows for {len(prompt.ids)} ids"

@@ -38,7 +38,7 @@ def test_generation_to_stop(runs: Runs, engine: Engine, record: PromptRecord, mo
     attach_unit(receipt, f"generate-{mode}", request_sha256=record.sha256, pin=engine.pin, engine=engine.id,
                 record=record.id, ids=record.ids, tokens=gen.tokens,
                 argmax=gen.step_logits.argmax(-1) if stepped else [],
-                arrays={"last_logits": gen.step_logits[-1]} if stepped else {})
+                arrays={"step_logits": gen.step_logits} if stepped else {})  # [S, V]: every step
     receipt.update(sampler=ex.SAMPLERS[mode].to_json(), max_new_tokens=ex.MAX_NEW_TOKENS,
                    text=gen.text, finish_reason=gen.finish_reason, stop_token_ids=sorted(engine.eos_token_ids),
                    step_logits_rows=int(gen.step_logits.shape[0]),

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from oracles.checks.exact import assert_ids_equal
-from oracles.checks.port import assert_within_thresholds, first_divergence, held_figures
+from oracles.checks.port import assert_within_thresholds, compared_rows, first_divergence, held_figures
 from oracles.engines.base import Engine, Step
 from oracles.families import execution as ex
 from oracles.families.localise import localise
@@ -72,7 +72,7 @@ def test_decode_vs_reference(runs: Runs, reference: Engine, port: Engine, record
     first = first_divergence(ref.tokens, got.tokens)
     receipt.update(request_sha256=record.sha256, kind="decode", first_divergent_token=first,
                    ref_tokens=ref.tokens, port_tokens=got.tokens)
-    n = min(len(ref.tokens), len(got.tokens)) if first is None else first + 1
+    n = compared_rows(ref.tokens, got.tokens)
     _held(f"{record.id}: decode step logits (first {n} steps)", ref.step_logits[:n], got.step_logits[:n], receipt)
     assert_ids_equal(got.tokens, ref.tokens, f"{record.id}: port {port.id} greedy decode vs reference")
 

@@ -251,8 +251,8 @@ def test_schema_1_receipt_refused_in_one_line(tmp_path: Path, capsys: pytest.Cap
         "kind": "decode", "engine": "torch", "request_sha256": "a" * 64, "ids": [1], "tokens": [2]}}]}))
     assert _compare(old, old, tmp_path / "c.json") == 2
     assert capsys.readouterr().err == (f"oracles compare: error: {old}: field 'schema_version' is 1, not {SCHEMA_VERSION}: "
-                                       f"its comparable units are not declared records (data.units); re-run its tests "
-                                       f"with this plugin to read them\n")
+                                       f"its comparable units are not the records this plugin declares "
+                                       f"(oracles/units.py); re-run its tests with this plugin to read them\n")
     assert not (tmp_path / "c.json").exists()
 
 

@@ -1,5 +1,5 @@
-"""A unit's logits row is numbered as its family's own test numbers it: a decode stores its last step's
-logits only, so a mismatch there is at step N - 1 (the test holding every step says so), never at row 0."""
+"""A unit's logits rows are numbered as its family's own test numbers them: a decode's rows are its steps,
+a prefill's its positions, a chat turn's one row its turn, a read-out's its slot."""
 
 from __future__ import annotations
 
@@ -33,25 +33,33 @@ def _row(tmp_path: Path, ref_unit: dict[str, Any], port_unit: dict[str, Any]) ->
 
 
 def test_decode_mismatch_names_the_last_step(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Four steps decoded: the stored row is step 3, as test_decode_vs_reference numbers it."""
+    """Four steps decoded, the last one off: steps 0-3 are held and step 3 is named, as
+    test_decode_vs_reference numbers it, with both values at its worst token."""
     base, tokens = logits(), [5, 6, 7, 2]
     row = _row(tmp_path, decode("torch", base, tokens), decode("mlx", _spiked(base, 9), tokens))
-    assert row["logits_at"] == "step 3" and row["max_abs_at"] == [3, 9]
-    assert row["failures"][0].startswith("last_logits of step 3: max |Δlogit|")
-    assert row["failures"][0].endswith("at (row, token) [3, 9]") and not any("row 0" in f for f in row["failures"])
+    assert row["logits_at"] == "steps 0-3" and row["logits_rows"] == 4 and row["max_abs_at"] == [3, 9]
+    first = row["failures"][0]
+    assert first.startswith("step_logits of steps 0-3: max |Δlogit|") and "at (row, token) [3, 9];" in first
+    assert "first step over a threshold on its own: step 3 (max |Δlogit|" in first
+    assert first.endswith(f"its largest |Δlogit| at token 9: reference {base[9]:.9g} vs port {_spiked(base, 9)[9]:.9g}")
+    assert not any("row 0" in f for f in row["failures"])
     assert "[3, 9]" in capsys.readouterr().out
 
 
-def test_prefill_mismatch_names_the_last_position(tmp_path: Path) -> None:
-    base = logits()
+def test_prefill_mismatch_names_the_position(tmp_path: Path) -> None:
+    """Every position is held; the one off is named as test_prefill_vs_reference numbers it."""
+    base = np.stack([logits(i) for i in range(5)])
 
     def prefill(engine: str, x: np.ndarray) -> dict[str, Any]:
         return {"test": f"t.py::test_prefill_comparable[{PIN}-ping-{engine}]", "kind": "prefill", "request_sha256": SHA,
                 "pin": PIN, "engine": engine, "record": "ping", "ids": [1, 2, 3, 4, 5], "argmax": [1, 1, 1, 1, 9],
-                "arrays": {"last_logits": x}}
+                "arrays": {"logits": x}}
 
-    row = _row(tmp_path, prefill("torch", base), prefill("mlx", _spiked(base, 11)))
-    assert row["logits_at"] == "position 4" and row["max_abs_at"] == [4, 11]
+    off = base.copy()
+    off[2] = _spiked(base[2], 11)
+    row = _row(tmp_path, prefill("torch", base), prefill("mlx", off))
+    assert row["logits_at"] == "positions 0-4" and row["max_abs_at"] == [2, 11]
+    assert "first position over a threshold on its own: position 2" in row["failures"][0]
 
 
 def test_chat_mismatch_names_the_turn(tmp_path: Path) -> None:
@@ -79,5 +87,5 @@ def test_array_rows_need_nothing_stored() -> None:
     generation without steps has no array and no row index to take."""
     assert {k.row for k in KINDS.values()} == {"position", "step", "turn", "slot"}
     gen = Unit("generate-greedy", SHA, "", PIN, "e", "arith", (1, 2), (5, 6, 2), (5, 6, 2))
-    assert gen.array_rows == (2,) and "row" not in gen.to_json()
+    assert gen.array_rows == (0, 1, 2) and "row" not in gen.to_json()
     assert Unit("generate-greedy", SHA, "", PIN, "e", "arith", (1,), (), ()).array_rows == ()

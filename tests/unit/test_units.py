@@ -21,6 +21,8 @@ pytestmark = [pytest.mark.dry]
 
 NODE = "t.py::test_chat[ping-torch]"
 SHA = "e" * 64
+#: A two-step decode's logits ``[S, V]``, one row per argmax entry.
+STEPS = np.stack([logits(3), logits(4)])
 
 
 def _receipt(tmp_path: Path, data: dict[str, Any] | None = None) -> Receipt:
@@ -29,7 +31,7 @@ def _receipt(tmp_path: Path, data: dict[str, Any] | None = None) -> Receipt:
 
 def _decode(**over: Any) -> dict[str, Any]:
     return {"request_sha256": SHA, "pin": PIN, "engine": "torch", "record": "ping", "ids": [1, 2], "tokens": [3, 4],
-            "argmax": [3, 4], "arrays": {"last_logits": logits()}} | over
+            "argmax": [3, 4], "arrays": {"step_logits": STEPS}} | over
 
 
 def test_units_round_trip(tmp_path: Path) -> None:
@@ -74,13 +76,17 @@ BAD: dict[str, tuple[str | int, dict[str, Any], type[Exception], str]] = {  # ki
     "tokens-text": ("decode", {"tokens": "34"}, TypeError, "field 'tokens' is str, not a sequence of ints"),
     "tokens-missing": ("decode", {"tokens": None}, TypeError, "field 'tokens' is missing or not a list of ints"),
     "prefill-tokens": ("prefill", {}, TypeError, "field 'tokens' is given, but a prefill unit holds no tokens"),
-    "no-array": ("decode", {"arrays": {}}, ValueError, "field 'arrays.last_logits' is missing: a decode unit carries"),
-    "array-role": ("decode", {"arrays": {"logits": logits()}}, ValueError,
-                   "field 'arrays.logits' is not an array of a decode unit (it carries last_logits)"),
-    "array-shape": ("decode", {"arrays": {"last_logits": logits()[None]}}, ValueError,
-                    "field 'arrays.last_logits' has shape [1, 64], not [V]"),
-    "array-int": ("decode", {"arrays": {"last_logits": np.arange(V)}}, TypeError,
-                  "field 'arrays.last_logits' has dtype int64, not a float array"),
+    "no-array": ("decode", {"arrays": {}}, ValueError,
+                 "field 'arrays.step_logits' is missing: a decode unit carries its step_logits [S, V]"),
+    "array-role": ("decode", {"arrays": {"last_logits": logits()}}, ValueError,
+                   "field 'arrays.last_logits' is not an array of a decode unit (it carries step_logits)"),
+    "array-last-row": ("decode", {"arrays": {"step_logits": logits()}}, ValueError,
+                       "field 'arrays.step_logits' has shape [64], not [S, V] with S = 2, one row per entry of the "
+                       "unit's argmax"),
+    "array-rows": ("decode", {"arrays": {"step_logits": np.stack([logits()] * 3)}}, ValueError,
+                   "field 'arrays.step_logits' has shape [3, 64], not [S, V] with S = 2"),
+    "array-int": ("decode", {"arrays": {"step_logits": np.zeros((2, V), np.int64)}}, TypeError,
+                  "field 'arrays.step_logits' has dtype int64, not a float array"),
     "readout-on-decode": ("decode", {"keys": KEYS, "probs": [0.5, 0.5]}, TypeError,
                           "field 'keys' is given, but a decode unit holds no read-out"),
     "chat-no-turn": ("chat", {"argmax": None, "arrays": {"warm_logits": logits()}}, TypeError,
@@ -95,7 +101,7 @@ def test_attach_refuses_naming_the_field(tmp_path: Path, kind: Any, over: dict[s
     data: dict[str, Any] = {}
     fields = _decode(**over)
     if kind == "prefill":
-        fields["argmax"] = [3, 4]
+        fields["argmax"], fields["arrays"] = [3, 4], {"logits": STEPS}
     with pytest.raises(error) as err:
         attach_unit(_receipt(tmp_path, data), kind, **{k: v for k, v in fields.items() if v is not None or k == "engine"})
     assert str(err.value).startswith(f"attach_unit({kind!r}, record 'ping', unit ") and message in str(err.value), err.value

@@ -39,12 +39,22 @@ def probs(x: np.ndarray) -> list[float]:
     return group_probabilities(log_softmax(x[0]), GROUPS)
 
 
+def steps(last: np.ndarray, n: int) -> np.ndarray:
+    """``[n, V]`` step logits: ``last`` ``[V]`` as step n - 1 after n - 1 seeded rows (the same for every
+    engine, so two units built from one ``last`` agree on every earlier step); ``[S, V]`` passes through."""
+    if last.ndim == 2:
+        return last
+    return np.stack([*(logits(100 + i) for i in range(n - 1)), last]).astype("<f4")
+
+
 def decode(engine: str, last: np.ndarray, tokens: list[int], sha: str = "a" * 64, pin: str = PIN,
            kind: str = "decode", record: str = "arith") -> dict[str, Any]:
-    """A decode (or generation) unit's attach_unit arguments, with its test's nodeid under ``test``."""
+    """A decode (or generation) unit's attach_unit arguments, with its test's nodeid under ``test``: its
+    ``step_logits`` are :func:`steps` of ``last`` (``[V]``, the last step, or every step ``[S, V]``),
+    one row per token; none when no token was generated."""
     return {"test": f"t.py::test_decode_to_stop[{pin}-{record}-{engine}]", "kind": kind, "request_sha256": sha,
             "pin": pin, "engine": engine, "record": record, "ids": [1, 2, 3], "tokens": tokens, "argmax": tokens,
-            "arrays": {"last_logits": last}}
+            "arrays": {"step_logits": steps(last, len(tokens))} if tokens else {}}
 
 
 def readout(engine: str, qid: str, x: np.ndarray, sha: str = SHA, kind: str = "d1-row", pin: str = PIN,
