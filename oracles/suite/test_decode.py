@@ -17,6 +17,7 @@ from oracles.families.mtplx import PromptRecord, load_prompts
 from oracles.fingerprint import as_f4, row_fingerprints
 from oracles.fixtures import Runs
 from oracles.pins import untrained_reason
+from oracles.port_scope import EXECUTION_SAMPLE_TOKENS, PortScope
 from oracles.receipts import Receipt
 from oracles.units import attach_unit
 
@@ -109,12 +110,23 @@ def prompt(request: pytest.FixtureRequest, pin: str) -> PromptRecord:
 
 
 
-def test_prefill_comparable(runs: Runs, engine: Engine, prompt: PromptRecord, receipt: Receipt) -> None:
+def test_prefill_comparable(runs: Runs, engine: Engine, prompt: PromptRecord, receipt: Receipt,
+                            pytestconfig: pytest.Config) -> None:
     """The prompt records' prefill (test_forward's run, same key) as a comparable record for
-    ``oracles compare``: ids, per-row argmax and fingerprints, every position's logits ``[T, V]`` in the npz."""
+    ``oracles compare``: ids, per-row argmax and fingerprints, every position's logits ``[T, V]`` in the npz.
+
+    A prompt outside ``--port-records`` attaches no unit: no port is held on it in this scope, and its
+    rows are the npz's largest cost (SmolLM2's 1,294-position "readme": 254 MB of float32 logits)."""
     step = ex.prefill(runs, engine, prompt)
     argmax = [int(i) for i in step.logits.argmax(-1)]
-    attach_unit(receipt, "prefill", request_sha256=prompt.sha256, pin=engine.pin, engine=engine.id, record=prompt.id,
-                ids=prompt.ids, argmax=argmax, arrays={"logits": step.logits})  # [T, V], as test_prefill_vs_reference holds
+    scope = PortScope.parse(pytestconfig.getoption("port_records"))
+    if scope.selects(len(prompt.ids), EXECUTION_SAMPLE_TOKENS):
+        attach_unit(receipt, "prefill", request_sha256=prompt.sha256, pin=engine.pin, engine=engine.id,
+                    record=prompt.id, ids=prompt.ids, argmax=argmax,
+                    arrays={"logits": step.logits})  # [T, V], as test_prefill_vs_reference holds
+    else:
+        receipt.update(unit_not_attached=f"{prompt.id}: {len(prompt.ids)} positions, outside --port-records "
+                                         f"{pytestconfig.getoption('port_records')}: no port is held on it in this scope "
+                                         f"(pass --port-records all to attach its [T, V] logits)")
     receipt.update(row_sha256=row_fingerprints(step.logits, f"{prompt.id}: prefill logits"))
     assert len(argmax) == len(prompt.ids), f"{prompt.id}: {len(argmax)} logit rows for {len(prompt.ids)} ids"
