@@ -179,13 +179,13 @@ def install_checks(engine: "Engine") -> None:
 
     def checked_head(hidden: np.ndarray) -> np.ndarray:
         out = head(hidden)
-        expect_f4(engine, "lm_head()", "the logits", out, "T, V", (*np.shape(hidden)[:-1], engine.vocab_size),
+        expect_f4(engine, "lm_head()", "the return value", out, "T, V", (*np.shape(hidden)[:-1], engine.vocab_size),
                   f"for hidden {list(np.shape(hidden))}, V = vocab_size")
         return out
 
     def checked_norm(residual: np.ndarray) -> np.ndarray:
         out = norm(residual)
-        expect_f4(engine, "final_norm()", "the normed rows", out, "T, D", np.shape(residual),
+        expect_f4(engine, "final_norm()", "the return value", out, "T, D", np.shape(residual),
                   f"for residual {list(np.shape(residual))}")
         return out
 

@@ -215,7 +215,7 @@ def test_engine_own_call_of_forward_is_checked_too(monkeypatch: pytest.MonkeyPat
     ("one_row", lambda e: e.decode_cohort([3, 4], [e.make_cache(), e.make_cache()]),
      f"engine my-port decode_cohort(): Step.logits is float32 [1, {V}]; expected float32 [T, V] = [2, {V}] with B = 2"),
     ("head64", lambda e: e.lm_head(np.zeros((4, D), "<f4")),
-     f"engine my-port lm_head(): the logits is float64 [4, {V}]; expected float32 [T, V] = [4, {V}] for hidden [4, {D}]"),
+     f"engine my-port lm_head(): the return value is float64 [4, {V}]; expected float32 [T, V] = [4, {V}] for hidden [4, {D}]"),
     ("gen64", lambda e: e.generate([5, 6], Sampler(), 1),
      f"engine my-port generate(): Generation.step_logits is float64 [1, {V}]; expected float32 [N, V] = [*, {V}]"),
 ])
