@@ -102,8 +102,9 @@ def engines(pytestconfig: pytest.Config, verified_snapshot: Callable[[str], Path
 class EngineLoader:
     """Engines by (engine id, pin), each built at most once.
 
-    A build that fails (an architecture the engine cannot load, a tokenizer that disagrees with the
-    pin's recorded ids: :func:`oracles.tokenizer.canary_disagreement`) is remembered as one line, and
+    A build that fails (an architecture the engine cannot load, a member of the engine contract missing,
+    a tokenizer that disagrees with the pin's recorded ids: :func:`oracles.tokenizer.canary_disagreement`)
+    is remembered as one line, and
     every test of that (engine, pin) fails with it (no traceback) without loading the weights again:
     a pin no engine can load would otherwise cost a load and a traceback per test.
     """
@@ -130,8 +131,13 @@ class EngineLoader:
         return result
 
     def build(self, cls: "type[Engine]", root: Path, pin: str) -> "Engine | str":
-        """The engine, or the one line every test of this (engine, pin) fails with."""
+        """The engine, or the one line every test of this (engine, pin) fails with: its construction
+        failed, it lacks a member the contract requires (:func:`oracles.engines.contract.contract_refusal`),
+        or its tokenizer disagrees with the pin's (:meth:`tokenizer_refusal`). What the engine returns is
+        checked on every call from then on (:func:`oracles.engines.contract.install_checks`)."""
+        from oracles.engines.contract import contract_refusal, install_checks
         from oracles.errors import OracleError
+        from oracles.pins import load_pin
 
         start = time.perf_counter()
         try:
@@ -140,26 +146,31 @@ class EngineLoader:
             where = "" if isinstance(exc, OracleError) else f" (raised at {_raised_at(exc)})"
             return f"engine {cls.id} cannot load pin {pin}: {_one_line(exc)}{where}; tried once this session"
         seconds = time.perf_counter() - start
-        if (refusal := self.tokenizer_refusal(engine, root, pin)) is not None:
+        if (broken := contract_refusal(engine, load_pin(pin).modality != "text")) is not None:
+            return f"engine {cls.id} cannot load pin {pin}: {broken}; tried once this session"
+        try:
+            refusal = self.tokenizer_refusal(engine, root, pin)
+        except Exception as exc:  # noqa: BLE001 - the engine's own tokenizer failing, one line as above
+            return (f"engine {cls.id} cannot load pin {pin}: its tokenizer's encode(text, add_special_tokens=False) "
+                    f"raised {_one_line(exc)} (at {_raised_at(exc)}); tried once this session")
+        if refusal is not None:
             return refusal
+        install_checks(engine)
         self.emit("engine_loaded", name=cls.id, pin=pin, seconds=round(seconds, 4), **engine.describe())
         return engine
-
 
     @staticmethod
     def tokenizer_refusal(engine: "Engine", root: Path, pin: str) -> str | None:
         """The canary check (:func:`oracles.tokenizer.canary_disagreement`) where recorded token ids are
-        fed to the engine: a text pin, and an engine with a Hugging Face style ``tokenizer``. A vision
+        fed to the engine: a text pin (every engine has a ``tokenizer``: the contract checks it). A vision
         pin's families tokenize through the engine's own processor at run time (Qwen3.5's transformers
-        tokenizer splits the canary unlike its tokenizer.json, and nothing recorded is fed to it); an
-        engine of one's own may tokenize another way, which the canary cannot ask."""
+        tokenizer splits the canary unlike its tokenizer.json, and nothing recorded is fed to it)."""
         from oracles.pins import load_pin
         from oracles.tokenizer import canary_disagreement
 
-        tokenizer = getattr(engine, "tokenizer", None)
-        if tokenizer is None or load_pin(pin).modality != "text":
+        if load_pin(pin).modality != "text":
             return None
-        return canary_disagreement(tokenizer, root, engine.id, pin)
+        return canary_disagreement(engine.tokenizer, root, engine.id, pin)
 
 
 def _one_line(exc: BaseException) -> str:

@@ -164,6 +164,21 @@ def canary_disagreement(tokenizer: Any, root: Path, engine_id: str, pin: str) ->
         return None
     return (f"engine {engine_id} refuses pin {pin}: its tokenizer ({engine_tokenizer_name(tokenizer)}) encodes "
             f"the canary {CANARY!r} as {got}, the pin's dry tokenizer (tokenizers, {root / 'tokenizer.json'}) as "
-            f"{want}, so the recorded token ids are not what this engine would feed its model; the tokenizer "
-            f"class the engine picks (from config.json's model_type and tokenizer_config.json's tokenizer_class) "
-            f"does not match these tokenizer files: pin a snapshot whose tokenizer files are its model's own")
+            f"{want}, so the recorded token ids are not what this engine would feed its model; {_culprit(tokenizer)}")
+
+
+#: The top-level packages whose tokenizer classes are picked from the snapshot's own files.
+LIBRARY_TOKENIZERS = ("transformers", "mlx_lm", "mlx_vlm", "tokenizers")
+
+
+def _culprit(tokenizer: Any) -> str:
+    """Where a canary disagreement likely comes from: a library tokenizer's class picked from the
+    snapshot's config (transformers, mlx-lm), or else the engine's own tokenizer code."""
+    if type(tokenizer).__module__.split(".")[0] in LIBRARY_TOKENIZERS:
+        return ("the tokenizer class the engine picks (from config.json's model_type and tokenizer_config.json's "
+                "tokenizer_class) does not match these tokenizer files: pin a snapshot whose tokenizer files are "
+                "its model's own")
+    cls = type(tokenizer)
+    return (f"the engine's own tokenizer ({cls.__module__}.{cls.__qualname__}, not a transformers or mlx-lm one) is "
+            f"the likely fault: compare its encode(text, add_special_tokens=False) with tokenizers.Tokenizer.from_file "
+            f"over that tokenizer.json; else the pin's tokenizer files are not its model's own")

@@ -29,10 +29,12 @@ if TYPE_CHECKING:
 
 from oracles.engines.types import (  # noqa: F401
     ContextTooShort,
+    EngineContractError,
     Generation,
     Prompt,
     Sampler,
     Step,
+    Tokenizer,
     Unsupported,
     as_prompt,
     digest_buffers,
@@ -59,16 +61,29 @@ def pinned_config(pin: "Pin") -> dict[str, Any] | None:
     return config if isinstance(config, dict) else None
 
 
+#: What every engine has once built (:class:`Engine`'s docstring says what each is).
+REQUIRED_MEMBERS = ("id", "pin", "root", "vocab_size", "hidden_size", "num_layers", "eos_token_ids", "max_context",
+                    "tokenizer")
+
+
 class Engine:
     """One framework's adapter. Subclasses set :attr:`id` and the model facts in ``__init__``.
 
     Built as ``Engine(root, pin, threads)``: ``root`` the verified snapshot folder, ``pin`` its pin
     name (recorded with every figure), ``threads`` the intra-op thread count (0: the library's own).
 
-    Attributes every engine sets: ``pin``, ``root``, ``vocab_size``, ``hidden_size``,
-    ``num_layers`` (decoder layers ``L``), ``eos_token_ids``, ``max_context`` (0: no limit), and
-    ``tokenizer`` (an object with Hugging Face's ``apply_chat_template`` and ``decode``: a
-    transformers tokenizer or mlx-lm's ``TokenizerWrapper``).
+    Members every engine has (:data:`REQUIRED_MEMBERS`, checked once when the plugin builds it: a
+    missing one fails the (engine, pin) pair in one line naming them all): the class attribute ``id``
+    (its registry name), and, set in ``__init__``: ``pin`` and ``root`` (by this class's ``__init__``),
+    ``vocab_size`` (``V``, the logits' width), ``hidden_size`` (``D``), ``num_layers`` (decoder layers
+    ``L``), ``eos_token_ids``, ``max_context`` (0: no limit), and ``tokenizer``, a
+    :class:`oracles.engines.types.Tokenizer`: ``apply_chat_template``, ``encode``, ``decode`` and
+    ``chat_template`` (a transformers tokenizer and mlx-lm's ``TokenizerWrapper`` are one).
+
+    What :meth:`forward`, :meth:`decode_cohort`, :meth:`lm_head`, :meth:`final_norm`,
+    :meth:`generate` and :meth:`speculative` return is checked on every call of an engine the plugin
+    built (:func:`oracles.engines.contract.install_checks`): a wrong type, shape or dtype raises
+    :class:`oracles.engines.types.EngineContractError` naming engine, method and field.
     """
 
     id: ClassVar[str] = ""
@@ -82,7 +97,7 @@ class Engine:
     num_layers: int
     eos_token_ids: frozenset[int]
     max_context: int
-    tokenizer: Any
+    tokenizer: Tokenizer
 
     def __init__(self, root: Path, pin: str, threads: int = 0) -> None:
         self.root, self.pin, self.threads = Path(root), pin, threads
@@ -364,5 +379,6 @@ def check_cohort(engine: Engine, tokens: Sequence[int], caches: Sequence[Any]) -
             raise ValueError(f"decode_cohort: lane {b}: {exc}") from None
 
 
-__all__ = ["ContextTooShort", "Engine", "Generation", "Prompt", "Sampler", "Step", "Unsupported", "as_prompt",
-           "check_cohort", "check_fits", "check_forward_length", "digest_buffers", "hub_offline"]
+__all__ = ["REQUIRED_MEMBERS", "ContextTooShort", "Engine", "EngineContractError", "Generation", "Prompt", "Sampler",
+           "Step", "Tokenizer", "Unsupported", "as_prompt", "check_cohort", "check_fits", "check_forward_length",
+           "digest_buffers", "hub_offline"]

@@ -7,9 +7,11 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Protocol, Sequence
 
 import numpy as np
+
+from oracles.errors import OracleError
 
 
 class Unsupported(NotImplementedError):
@@ -24,6 +26,53 @@ class Unsupported(NotImplementedError):
 class ContextTooShort(Unsupported, ValueError):
     """A record does not fit the pin's context (``max_position_embeddings``): the model cannot run it,
     so its tests skip naming record, length and context; still a ValueError to a caller that asked."""
+
+
+class EngineContractError(OracleError):
+    """An engine broke the contract of :class:`oracles.engines.base.Engine`: a required member missing
+    at load, or a method returning the wrong type, shape or dtype (engine, method, field, what was
+    expected and what came back, in one line)."""
+
+
+class Tokenizer(Protocol):
+    """What the suite asks of ``Engine.tokenizer``: Hugging Face's tokenizer API, as far as it is used.
+
+    A transformers tokenizer and mlx-lm's ``TokenizerWrapper`` are one; an engine of one's own may set
+    any object with these members (each checked at engine load: :data:`TOKENIZER_MEMBERS`).
+    """
+
+    #: The snapshot's chat template (None or empty: the pin has none, and the families that render
+    #: a chat skip). Read by :meth:`oracles.engines.base.Engine.chat_ids`.
+    chat_template: Any
+
+    def apply_chat_template(self, conversation: list[dict[str, str]], *, add_generation_prompt: bool,
+                            tokenize: bool, return_dict: bool) -> Any:
+        """Token ids (a sequence of ints) of ``conversation`` rendered by :attr:`chat_template`; called
+        with ``tokenize=True, return_dict=False`` by :meth:`oracles.engines.base.Engine.chat_ids`, which
+        the chat, clef and d1 families read their prompts from."""
+        ...
+
+    def encode(self, text: str, *, add_special_tokens: bool) -> Any:
+        """Token ids (a sequence of ints) of ``text``; called with ``add_special_tokens=False`` once at
+        engine load, on the canary text (:func:`oracles.tokenizer.canary_disagreement`): its ids must be
+        the pin's dry tokenizer's, which wrote every recorded token id the families feed the engine."""
+        ...
+
+    def decode(self, token_ids: list[int], *, skip_special_tokens: bool) -> Any:
+        """The text (a str) of ``token_ids``; called with ``skip_special_tokens=False`` by
+        :meth:`oracles.engines.base.Engine.decode` (generated text in receipts, chat turns)."""
+        ...
+
+    def convert_ids_to_tokens(self, ids: list[int]) -> Any:
+        """The vocabulary strings (a list of str) of ``ids``: the clef family (vision pins only) names the vision
+        placeholder tokens by it when it writes a row's picture placeholders into the chat text."""
+        ...
+
+
+#: The members of :class:`Tokenizer` the engine load checks on every pin (kept equal to the Protocol's
+#: by a dry test), and the one it checks on a vision pin only (the clef family's).
+TOKENIZER_MEMBERS = ("apply_chat_template", "encode", "decode", "chat_template")
+VISION_TOKENIZER_MEMBERS = ("convert_ids_to_tokens",)
 
 
 @dataclass(frozen=True)

@@ -116,3 +116,28 @@ class FakeEngine(Engine):
 
     def weight_bytes(self) -> int:
         return sum(a.nbytes for a in (self.emb, self.wk, self.ws, self.wo, self.head))
+
+
+class DryTokenizer:
+    """A :class:`oracles.engines.types.Tokenizer` over a snapshot's tokenizer files without transformers
+    (the ``tokenizers`` library and the chat template, :class:`oracles.tokenizer.LightTokenizer`): it
+    encodes the canary as the pin's dry tokenizer does, so an engine holding it passes the load's check."""
+
+    def __init__(self, root: Path) -> None:
+        from oracles.tokenizer import load_tokenizer
+
+        self.light = load_tokenizer(root)
+        self.chat_template = self.light.template
+
+    def apply_chat_template(self, conversation: list[dict[str, str]], *, add_generation_prompt: bool = False,
+                            tokenize: bool = True, return_dict: bool = False) -> list[int]:
+        return self.light.chat_ids(conversation, add_generation_prompt)
+
+    def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
+        return self.light.encode(text)
+
+    def decode(self, token_ids: list[int], *, skip_special_tokens: bool = False) -> str:
+        return str(self.light.tokenizer.decode(list(token_ids), skip_special_tokens=skip_special_tokens))
+
+    def convert_ids_to_tokens(self, ids: list[int]) -> list[str]:
+        return [str(self.light.tokenizer.id_to_token(i)) for i in ids]

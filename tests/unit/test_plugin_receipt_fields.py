@@ -31,6 +31,22 @@ NONE_ELSE = {"xfailed": 0, "not_run": 0}
 
 FAKE_ENGINE = """
 from oracles.engines.base import Engine
+from oracles.tokenizer import load_tokenizer
+
+class Tokenizer:  # the members of oracles.engines.types.Tokenizer, over the pin's dry tokenizer
+    chat_template = None
+
+    def __init__(self, root):
+        self.light = load_tokenizer(root)
+
+    def encode(self, text, add_special_tokens=True):
+        return self.light.encode(text)
+
+    def apply_chat_template(self, conversation, **kwargs):
+        return self.light.chat_ids(conversation)
+
+    def decode(self, token_ids, skip_special_tokens=False):
+        return self.light.tokenizer.decode(list(token_ids))
 
 class FakeEngine(Engine):
     id = "fake"
@@ -39,6 +55,8 @@ class FakeEngine(Engine):
     def __init__(self, root, pin, threads):
         super().__init__(root, pin, threads)
         FakeEngine.loads += 1
+        self.vocab_size, self.hidden_size, self.num_layers, self.max_context = 49152, 576, 30, 8192
+        self.eos_token_ids, self.tokenizer = frozenset({2}), Tokenizer(root)
 
     def describe(self):
         return {"kind": "stand-in"}
