@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import pytest
-from test_bisect_dry import L, forward_arrays, perturbed
+from test_bisect_dry import D, L, V, forward_arrays, perturbed
 
 from oracles.engines import forget, registry
 from oracles.engines.base import Engine
@@ -29,10 +29,38 @@ REF = forward_arrays()
 PNG_LINE = "PNG not written: matplotlib is not installed (pip install 'pytest-oracles[plots]')"
 
 
+class _StubTokenizer:
+    """The members the engine contract requires of a tokenizer (:class:`oracles.engines.types.Tokenizer`);
+    bisect's prompt comes from ``chat_ids``, so only the chat template is ever read."""
+
+    def __init__(self, chat_template: str | None) -> None:
+        self.chat_template = chat_template
+
+    def apply_chat_template(self, conversation: list[dict[str, str]], *, add_generation_prompt: bool = False,
+                            tokenize: bool = True, return_dict: bool = False) -> list[int]:
+        return [1, 2, 3]
+
+    def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
+        return [1]
+
+    def decode(self, token_ids: list[int], *, skip_special_tokens: bool = False) -> str:
+        return ""
+
+    def convert_ids_to_tokens(self, ids: list[int]) -> list[str]:
+        return ["" for _ in ids]
+
+
 class _Tapped(Engine):
     """An engine whose prefill is ``arrays`` whatever the prompt (the layer taps bisect reads)."""
 
     arrays: dict[str, np.ndarray] = REF
+    chat_template: str | None = "{{ messages }}"
+
+    def __init__(self, root: Path, pin: str, threads: int = 0) -> None:
+        super().__init__(root, pin, threads)
+        self.vocab_size, self.hidden_size, self.num_layers = V, D, L
+        self.eos_token_ids, self.max_context = frozenset({0}), 0
+        self.tokenizer = _StubTokenizer(self.chat_template)
 
     def chat_ids(self, messages: Sequence[dict[str, str]], add_generation_prompt: bool = True) -> list[int]:
         return [1, 2, 3]
@@ -92,7 +120,7 @@ class FakeNoChat(_Tapped):
     """A reference whose tokenizer has no chat template (Engine.chat_ids then raises Unsupported)."""
 
     id = "fake-nochat"
-    tokenizer = None
+    chat_template = None
     chat_ids = Engine.chat_ids
 
 
