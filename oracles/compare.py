@@ -242,7 +242,7 @@ def _logits(row: dict[str, Any], r: Unit, p: Unit, a: np.ndarray, b: np.ndarray)
     if r.keys is not None:
         row["argmax_agreement"] = fig["argmax_agreement"]
     fails = threshold_failures(fig)
-    if fails and r.spec.row != "slot":  # a read-out's one row is its slot: nothing to name
+    if fails and r.spec.row != "slot":  # a d1 read-out's one row is its slot: nothing to name
         fails[0] = f"{r.spec.array} of {row['logits_at']}: {fails[0]}"
         first = _first_row_over(*rows, r) if fig["rows"] > 1 else ""
         fails[0] += f"; {first}" if first else ""
@@ -257,8 +257,9 @@ def compare_pair(r: Unit, p: Unit, a: np.ndarray | None, b: np.ndarray | None) -
     to a threshold: ``tokens`` of a greedy kind, ``logits``, ``read-out``), ``status`` and ``ok``.
 
     The logits held are the rows the kind's family holds (:func:`held_rows`): every prompt position of
-    a prefill; a decode's or greedy generation's steps through the first divergent token; a sampled
-    generation's first step (its later tokens follow a draw, recorded, not held).
+    a prefill or a clef row (text and picture tokens, as test_port_logits); a d1 read-out's slot; a
+    decode's or greedy generation's steps through the first divergent token; a sampled generation's
+    first step (its later tokens follow a draw, recorded, not held).
     ``status`` is ``"FAIL"`` (``ok`` False) when a failure is listed, ``"ok"`` (``ok`` True) when
     something was held and passed, and ``"recorded only"`` (``ok`` None) when nothing but the prompt
     ids was held (a generation without a step); such a row can fail only on its prompt ids."""
@@ -301,9 +302,9 @@ def fmt(v: Any, spec: str, width: int) -> str:
 
 #: Under the table: what the two token columns compare and what "recorded only" means.
 LEGEND = ("prompt ids: the input token ids are equal; gen tokens: the generated tokens (div@N: the first position "
-          "they differ); logits held: every prompt position of a prefill, a greedy run's steps through the first "
-          "divergent token, a sampled generation's first step (its tokens recorded only); recorded only: nothing "
-          "held to a threshold (a generation without a step)")
+          "they differ); logits held: every prompt position of a prefill or a clef row, a d1 read-out's slot, a "
+          "greedy run's steps through the first divergent token, a sampled generation's first step (its tokens "
+          "recorded only); recorded only: nothing held to a threshold (a generation without a step)")
 HEAD = (f"{'kind':<16} {'unit':<28} {'prompt ids':<10} {'argmax':>7} {'max|Δlogit|':>11} {'KL max':>9} "
         f"{'max|Δp|':>9} {'answer':<20} {'gen tokens':>10}  status")
 

@@ -51,7 +51,8 @@ class Kind:
     holds this to the suite). ``row``: what the array's rows are, in the numbering the family's own
     tests report rows in (:attr:`Unit.array_rows`): ``position`` (prompt position, from 0), ``step``
     (decode step; step 0 comes from the prefill), ``turn`` (the unit's turn, from 0), ``slot`` (the
-    read-out's answer slot, its one row).
+    read-out's answer slot, its one row). A read-out kind may hold more rows than its slot: a clef row
+    carries every prompt position ``[T, V]`` (its port test holds them all), its slot the last.
     """
 
     name: str
@@ -110,8 +111,10 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
           "slot_logits", "d1", "slot", rows=1, unit=_READOUT),
     _kind("d1-tree", "a d1 question read out on its tree branch: as d1-row", "readout", "slot_logits", "d1",
           "slot", rows=1, unit=_READOUT),
-    _kind("clef-row", "a question about pictures in one arm (request_sha256 names record and arm): as d1-row",
-          "readout", "slot_logits", "clef", "slot", rows=1, unit=_READOUT),
+    _kind("clef-row", "a question about pictures in one arm (request_sha256 names record and arm): keys, "
+                      "probabilities, per-position argmax, every prompt position's logits [T, V] (text and picture "
+                      "tokens; the answer slot is the last)", "readout argmax", "logits", "clef", "position",
+          rows="T", unit=_READOUT),
 )}
 #: The families whose tests attach units (a receipt without units is told to run one of them).
 ATTACHED_BY: tuple[str, ...] = tuple(dict.fromkeys(k.family for k in KINDS.values()))

@@ -8,8 +8,9 @@ key, so receipts from different machines compare, and one receipt that holds bot
 with itself. Per match: ids equal, argmax agreement, max |Δlogit|, NMSE, KL(ref‖port), first
 divergent token; read-outs add max |Δp| and whether the answer agrees. The thresholds are those of
 :mod:`oracles.checks.port`, held on the rows the family's port test holds (:func:`oracles.compare.held_rows`):
-every prompt position of a prefill, a greedy decode's or generation's steps through the first divergent
-token, a sampled generation's first step (its tokens are recorded, not held), so a unit passes here
+every prompt position of a prefill or a clef row (text and picture tokens, beside its read-out), a d1
+read-out's slot, a greedy decode's or generation's steps through the first divergent token, a sampled
+generation's first step (its tokens are recorded, not held), so a unit passes here
 exactly when its family's port test passes it on the same logits.
 
 Units present in one receipt only are listed (a port may run a sample), not an error, and the

@@ -168,7 +168,9 @@ def test_independent_forward(runs: Runs, engine: Engine, row: Row, clef_root: Pa
 def test_readout(runs: Runs, engine: Engine, row: Row, clef_root: Path, manifest: dict[str, Any],
                  receipt: Receipt) -> None:
     """d1's read-out on the answer slot: logz is log_softmax of the slot logits bit for bit, and the
-    read-out of logz is the row's probabilities; the comparable unit goes to the receipt."""
+    read-out of logz is the row's probabilities. The comparable ``clef-row`` unit goes to the receipt:
+    the read-out and every prompt position's logits ``[T, V]`` (text and picture tokens, the slot the
+    last), the rows test_port_logits holds, so ``oracles compare`` holds what the port tests hold."""
     run = _run(runs, engine, row, clef_root, manifest, receipt)
     slot = run.step.logits[-1:]
     assert_bits_equal(run.logz, readout.log_softmax(slot[0]), f"{row.label}: logz vs log_softmax(slot logits)")
@@ -177,9 +179,10 @@ def test_readout(runs: Runs, engine: Engine, row: Row, clef_root: Path, manifest
     keys = list(row.question.keys)
     gold = row.record.request.gold.get(row.question.qid)
     top = keys[readout.argmax(run.probs)]
+    logits = run.step.logits  # [T, V] float32
     attach_unit(receipt, "clef-row", request_sha256=clef.arm_sha256(row.record, row.arm), pin=engine.pin,
                 engine=engine.id, record=f"{row.record.id}/{row.arm}", unit=row.question.qid, ids=run.ids, keys=keys,
-                probs=run.probs, arrays={"slot_logits": slot})
+                probs=run.probs, argmax=logits.argmax(-1), arrays={"logits": logits})
     receipt.update(arm=row.arm, gold_key=gold, gold_match=None if gold is None else gold == top,
                    top2_gap=readout.top2_gap(run.probs), seconds=round(run.seconds, 4))
     assert abs(sum(run.probs) - 1.0) < 1e-12, f"{row.label}: probabilities sum to {sum(run.probs)!r}"

@@ -4,7 +4,9 @@ Both engines' runs are the session runs of ``test_clef.py`` (the same memo key),
 engine whichever module asks first. A port runs the rows ``--port-records`` selects (``sample``: rows
 of at most :data:`oracles.families.clef_run.CLEF_SAMPLE_TOKENS` tokens, every built-in row). The
 thresholds are the float32 ones of :mod:`oracles.checks.port`; ``oracles compare R.json R.json``
-holds the same rows again from the receipt's ``clef-row`` units (mlx-vlm is the port on the clef pin).
+holds the same rows again from the receipt's ``clef-row`` units (mlx-vlm is the port on the clef pin):
+each carries the read-out and every prompt position's logits ``[T, V]``, as test_port_logits and
+test_port_readout hold them.
 """
 
 from __future__ import annotations

@@ -119,7 +119,7 @@ def test_held_rows_follow_the_kind(kind: str, port_tokens: list[int], rows: int)
         "decode": "prefix", "generate-greedy": "prefix", "generate-sampled": "first"}
     assert {k: v.shape for k, v in KINDS.items()} == {
         "prefill": "[T, V]", "decode": "[S, V]", "generate-greedy": "[S, V]", "generate-sampled": "[S, V]",
-        "chat": "[V]", "d1-row": "[1, V]", "d1-tree": "[1, V]", "clef-row": "[1, V]"}
+        "chat": "[V]", "d1-row": "[1, V]", "d1-tree": "[1, V]", "clef-row": "[T, V]"}
 
 
 def test_a_receipt_with_the_last_row_alone_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

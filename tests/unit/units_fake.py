@@ -65,6 +65,21 @@ def readout(engine: str, qid: str, x: np.ndarray, sha: str = SHA, kind: str = "d
             "ids": [1, 2, 3, 5], "keys": KEYS, "probs": probs(x), "arrays": {"slot_logits": x}}
 
 
+def prompt_rows(x: np.ndarray, n: int) -> np.ndarray:
+    """``[n, V]`` logits of every prompt position: n - 1 seeded rows (the same for every engine), then
+    the answer slot ``x`` ``[1, V]`` as the last."""
+    return np.concatenate([np.stack([logits(200 + i) for i in range(n - 1)]), x]).astype("<f4")
+
+
+def clef(engine: str, qid: str, rows: np.ndarray, sha: str = SHA) -> dict[str, Any]:
+    """A clef-row unit's attach_unit arguments for question ``qid``: every prompt position's logits
+    ``rows`` ``[T, V]`` (one id and argmax per row), the read-out of the last row (the answer slot)."""
+    return {"test": f"oracles/suite/test_clef.py::test_readout[qwen35-vl-twin-img_circle/native/{qid}-{engine}]",
+            "kind": "clef-row", "request_sha256": sha, "pin": "qwen35-vl-twin", "engine": engine,
+            "record": "img_circle/native", "unit": qid, "ids": list(range(1, rows.shape[0] + 1)),
+            "argmax": rows.argmax(-1), "keys": KEYS, "probs": probs(rows[-1:]), "arrays": {"logits": rows}}
+
+
 def write(folder: Path, name: str, units: list[dict[str, Any]], *, run_id: str | None = None,
           others: list[dict[str, Any]] | None = None) -> Path:
     """``folder/name.json`` (+ ``name.npz``): one test record per distinct ``test`` of ``units``, each unit
