@@ -75,7 +75,7 @@ def verified_snapshot(pytestconfig: pytest.Config, snapshot_overrides: dict[str,
             try:
                 pin = load_pin(name)
                 root = snapshot_overrides.get(name) or snapshot_dir(pin)
-                figures = verify_snapshot(pin, root)
+                figures = verify_snapshot(pin, root, origin="--snapshot" if name in snapshot_overrides else None)
                 emit(pytestconfig, "pin_verified", **figures, source=pin.source, override=name in snapshot_overrides)
                 done[name] = root
             except OracleError as exc:

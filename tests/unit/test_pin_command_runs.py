@@ -6,6 +6,7 @@ none, a run that goes on writes a whole one. No weights load (the inner tests as
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any, Callable
 
@@ -69,3 +70,14 @@ def test_snapshot_changed_since_pinned_fails_in_one_line_with_a_whole_receipt(
     _, receipt = only_receipt(pytester.path / "receipts")  # whole, valid JSON, no stray file
     (test,) = receipt["tests"]
     assert test["outcome"] == "failed" and "sha256 mismatch" in test["summary"] and receipt["all_ok"] is False
+
+
+def test_snapshot_option_folder_that_differs_is_blamed_on_the_option(pytester: pytest.Pytester, tiny: Path,
+                                                                     tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    shutil.copytree(tiny, other)
+    (other / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "hidden_size": 3}))
+    result = pytester.runpytest("--pin", "tiny", "--receipts-dir=receipts", "-k", "verifies", f"--snapshot=tiny={other}")
+    result.assert_outcomes(failed=1, deselected=1)
+    (failure,) = [line for line in result.outlines if "mismatch" in line and not line.startswith("FAILED")]
+    assert "given by --snapshot" in failure and "the snapshot changed since" not in failure, failure
