@@ -85,8 +85,9 @@ def test_greedy_generation_vs_reference(runs: Runs, reference: Engine, port: Eng
     first = first_divergence(ref.tokens, got.tokens)
     receipt.update(request_sha256=record.sha256, kind="generate-greedy", first_divergent_token=first,
                    finish=[ref.finish_reason, got.finish_reason])
-    n = min(len(ref.tokens), len(got.tokens))
-    _held(f"{record.id}: greedy generation step logits", ref.step_logits[:n], got.step_logits[:n], receipt)
+    n = compared_rows(ref.tokens, got.tokens)
+    _held(f"{record.id}: greedy generation step logits (first {n} steps)", ref.step_logits[:n], got.step_logits[:n],
+          receipt)
     assert first is None, \
         f"{record.id}: first divergent token at {first}: {ref.tokens[first:first + 3]} vs {got.tokens[first:first + 3]}"
 
