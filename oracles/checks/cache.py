@@ -33,8 +33,9 @@ CACHE_ATOL = 2e-3
 #: misses a real fault on an untrained pin. A seeded 3-layer Llama at transformers' default
 #: initialisation has logits of std ~0.16, and a decode position off by one moved them by at most
 #: 1.09e-3, inside CACHE_ATOL. Its NMSE was 1.68e-6, over this bound. The faithful torch engine on
-#: that model: max |Δ| 3e-7. Measured cached vs cold on the built-in pins, all engines:
-#: see the module's test figures in the README ("Cache self-consistency").
+#: that model: max |Δ| 3e-7. Measured cached vs cold on the built-in pins (decode and chat records,
+#: ``--port-records all``): torch NMSE 3.1e-12 on SmolLM2's decode, at most 1.4e-10 over both pins'
+#: chats; MLX bit-equal in every case. The bound is ~7,000x the largest.
 CACHE_NMSE = MAX_NMSE
 
 

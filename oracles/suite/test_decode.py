@@ -109,7 +109,6 @@ def prompt(request: pytest.FixtureRequest, pin: str) -> PromptRecord:
     return request.param.bind(pin)
 
 
-
 def test_prefill_comparable(runs: Runs, engine: Engine, prompt: PromptRecord, receipt: Receipt,
                             pytestconfig: pytest.Config) -> None:
     """The prompt records' prefill (test_forward's run, same key) as a comparable record for
