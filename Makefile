@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PIN    ?= smollm2-135m-instruct
 # How the oracle runs use this 2-core machine: two xdist workers, each record's tests on one worker
-# (loadgroup with one xdist group per record: oracles/groups.py), each torch engine single-threaded. Two
+# (loadgroup with one xdist group per record: oracles/plugin/groups.py), each torch engine single-threaded. Two
 # torch threads per process fight for the cores: a greedy decode measured 10.5 tok/s with 1 thread
 # vs 2.8 tok/s with 2 while another process ran. `make test PARALLEL=` runs serially.
 PARALLEL ?= -n 2 --dist loadgroup --oracle-threads 1

@@ -24,9 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from oracles.engines import engine_class  # noqa: E402
 from oracles.engines.base import Engine  # noqa: E402
-from oracles.families import d1  # noqa: E402
-from oracles.families.d1_run import row_pass, tree_pass  # noqa: E402
-from oracles.pins import DEFAULT_PIN, load_pin, snapshot_dir, verify_snapshot  # noqa: E402
+from oracles.families.d1 import records as d1  # noqa: E402
+from oracles.families.d1.run import row_pass, tree_pass  # noqa: E402
+from oracles.pins.pin import DEFAULT_PIN, load_pin, snapshot_dir, verify_snapshot  # noqa: E402
 
 Rows = dict[tuple[str, str], dict[str, Any]]
 

@@ -19,17 +19,17 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-#: What the default run skips on a port (--port-records sample: oracles/port_scope.py).
-PORT_MAX_TOKENS = 256  # = oracles.port_scope.EXECUTION_SAMPLE_TOKENS; kept literal so the bench imports nothing first
+#: What the default run skips on a port (--port-records sample: oracles/plugin/port_scope.py).
+PORT_MAX_TOKENS = 256  # = oracles.plugin.port_scope.EXECUTION_SAMPLE_TOKENS; kept literal so the bench imports nothing first
 
 
 def bare(threads: int) -> None:
     """The suite's heavy work without pytest: pins verified, engines loaded, every run once."""
     sys.path.insert(0, str(ROOT))
     from oracles.engines import engine_class, resolve_ports
-    from oracles.families import execution as ex
-    from oracles.families.mtplx import load_prompts
-    from oracles.pins import load_pin, snapshot_dir, verify_snapshot
+    from oracles.families.execution import runs as ex
+    from oracles.families.execution.prompts import load_prompts
+    from oracles.pins.pin import load_pin, snapshot_dir, verify_snapshot
 
     memo: dict = {}
 

@@ -1,6 +1,6 @@
 """Fingerprint throughput vs plain hashlib.sha256 over the same bytes (issue 2: ratio goal >= 0.9).
 
-A: ``oracles.fingerprint.fingerprint(a)`` (finiteness check, little-endian float32 view, sha256).
+A: ``oracles.checks.fingerprint.fingerprint(a)`` (finiteness check, little-endian float32 view, sha256).
 B: ``hashlib.sha256(a.tobytes() view)`` over the same C-contiguous '<f4' buffer, nothing else.
 The two alternate ROUNDS times in one process; the ratio of medians is B/A (1.0 = no overhead).
 Also: ``row_fingerprints`` over the same [T, V] array, and ``fingerprint`` of a non-contiguous view.
@@ -18,7 +18,7 @@ from typing import Callable
 
 import numpy as np
 
-from oracles.fingerprint import fingerprint, row_fingerprints
+from oracles.checks.fingerprint import fingerprint, row_fingerprints
 
 
 def timed(fn: Callable[[], object]) -> float:

@@ -3,7 +3,7 @@ faults``.
 
 Each subcommand lives in its own module and is imported only when called, so ``oracles receipts``
 never imports torch. Pins and token ids are looked up in the project of the current folder (its
-pytest ini file's ``oracles_pins`` / ``oracles_records``: :mod:`oracles.project`), then the built-in ones.
+pytest ini file's ``oracles_pins`` / ``oracles_records``: :mod:`oracles.pins.project`), then the built-in ones.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
             module.add_arguments(sp)
             runners[name] = module.run
     args = parser.parse_args(argv)
-    from oracles.project import project_dirs, use_project
+    from oracles.pins.project import project_dirs, use_project
 
     use_project(project_dirs())
     try:

@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING, Any
 
 from oracles.engines.base import Engine
 from oracles.errors import OracleError
-from oracles.families.localise import localise
+from oracles.families.execution.localise import localise
 
 if TYPE_CHECKING:
-    from oracles.families.mtplx import PromptRecord
-    from oracles.pins import Pin
+    from oracles.families.execution.prompts import PromptRecord
+    from oracles.pins.pin import Pin
 
 FAULT_PREFIX = "fault:"
 
@@ -74,7 +74,7 @@ def table(report: dict[str, Any]) -> list[str]:
 def plot(report: dict[str, Any]) -> bytes:
     """PNG: per-stage NMSE (log scale) of the port against the reference, the budget line, the named
     stage marked. Bit-equal stages (NMSE 0) are drawn at 1e-18."""
-    from oracles.plots import png_bytes, pyplot
+    from oracles.commands.plots import png_bytes, pyplot
 
     plt = pyplot()
 
@@ -128,14 +128,14 @@ def _refuse_unsupported(option: str, engine_id: str, pin: Pin) -> None:
 
 
 def _engine(engine_id: str, root: Path, pin: str, threads: int) -> Engine:
-    """The engine, built as the plugin's engine fixture builds it (:class:`oracles.fixtures.EngineLoader`):
+    """The engine, built as the plugin's engine fixture builds it (:class:`oracles.plugin.fixtures.EngineLoader`):
     any load error, and a tokenizer that disagrees with the pin's recorded ids, become one line.
 
     Raises:
         OracleError: ``engine NAME cannot load pin PIN: <error> (raised at file:line)...``.
     """
     from oracles.engines import engine_class
-    from oracles.fixtures import EngineLoader
+    from oracles.plugin.fixtures import EngineLoader
 
     loader = EngineLoader(lambda _pin: root, threads, lambda _engine_id: {}, lambda *_a, **_k: None)
     built = loader.build(engine_class(engine_id), root, pin)
@@ -161,8 +161,8 @@ def _record(record: str) -> PromptRecord:
     Raises:
         OracleError: an unknown id (the known ones named).
     """
-    from oracles.families.execution import GENERATION
-    from oracles.families.mtplx import load_prompts
+    from oracles.families.execution.prompts import load_prompts
+    from oracles.families.execution.runs import GENERATION
 
     known = {r.id: r for r in [*load_prompts(), *GENERATION]}
     if record not in known:
@@ -197,8 +197,8 @@ def _check_engines(args: argparse.Namespace) -> None:
 def _write(report: dict[str, Any], out: Path, stem: str) -> None:
     """``<out>/<stem>.json`` and ``.png``, both created exclusively; where matplotlib cannot be imported,
     the JSON alone and one line on stderr saying why the PNG is missing (the verdict stands)."""
-    from oracles.plots import unavailable
-    from oracles.receipt_files import dump_json, write_exclusive
+    from oracles.commands.plots import unavailable
+    from oracles.receipts.files import dump_json, write_exclusive
 
     out.mkdir(parents=True, exist_ok=True)
     write_exclusive(out / f"{stem}.json", dump_json(report))
@@ -222,7 +222,7 @@ def run(args: argparse.Namespace) -> int:
             known then, and a failed engine build as one line.
     """
     from oracles.engines.base import Unsupported
-    from oracles.pins import load_pin, snapshot_dir, verify_snapshot
+    from oracles.pins.pin import load_pin, snapshot_dir, verify_snapshot
 
     record = _record(args.record)  # bad input is refused before minutes of loading
     _check_engines(args)

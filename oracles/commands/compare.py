@@ -1,13 +1,13 @@
 """``oracles compare REF.json PORT.json``: hold a port's receipt against a reference receipt, unit by unit.
 
-The units are the receipts' declared comparable units (:mod:`oracles.units`: prefill, decode,
+The units are the receipts' declared comparable units (:mod:`oracles.receipts.units`: prefill, decode,
 generation, chat turns, d1 and clef read-outs), matched pin by pin by ``(kind, request_sha256, unit)``
-(:mod:`oracles.compare`); ``--ref-pin``/``--port-pin`` compare one pin's reference units against
+(:mod:`oracles.receipts.compare`); ``--ref-pin``/``--port-pin`` compare one pin's reference units against
 another pin's port units instead (an fp32 pin against a converted one). No path or nodeid is in the
 key, so receipts from different machines compare, and one receipt that holds both engines compares
 with itself. Per match: ids equal, argmax agreement, max |Δlogit|, NMSE, KL(ref‖port), first
 divergent token; read-outs add max |Δp| and whether the answer agrees. The thresholds are those of
-:mod:`oracles.checks.port`, held on the rows the family's port test holds (:func:`oracles.compare.held_rows`):
+:mod:`oracles.checks.port`, held on the rows the family's port test holds (:func:`oracles.receipts.compare.held_rows`):
 every prompt position of a prefill or a clef row (text and picture tokens, beside its read-out), a d1
 read-out's slot, a greedy decode's or generation's steps through the first divergent token, a sampled
 generation's first step (its tokens are recorded, not held), so a unit passes here
@@ -33,12 +33,12 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from oracles.compare import LEGEND, PinPair, compare_pair, listing, plan, summary_figures, table, worst_line
 from oracles.errors import ReceiptError
-from oracles.receipt_files import dump_json, load_json, write_exclusive
-from oracles.sidecar import find_sidecar, load_npz
-from oracles.units import Unit
-from oracles.units_reader import no_units, unit_array, units_of
+from oracles.receipts.compare import LEGEND, PinPair, compare_pair, listing, plan, summary_figures, table, worst_line
+from oracles.receipts.files import dump_json, load_json, write_exclusive
+from oracles.receipts.sidecar import find_sidecar, load_npz
+from oracles.receipts.units import Unit
+from oracles.receipts.units_reader import no_units, unit_array, units_of
 
 #: 3: units keyed with their pin; rows name both pins and engines; ``pins`` holds one entry a pin pair.
 SCHEMA = 3
@@ -113,11 +113,11 @@ _MAX_SUFFIX = 1000
 
 
 def _pairs(args: argparse.Namespace, ref_receipt: dict[str, Any], port_receipt: dict[str, Any]) -> list[PinPair]:
-    """The pin pairs to compare (:func:`oracles.compare.plan`) from the two receipts' units.
+    """The pin pairs to compare (:func:`oracles.receipts.compare.plan`) from the two receipts' units.
 
     Raises:
-        ReceiptError: a malformed unit (:func:`oracles.units_reader.units_of`), a receipt without units
-            (:func:`oracles.units_reader.no_units`), an engine or pin not present,
+        ReceiptError: a malformed unit (:func:`oracles.receipts.units_reader.units_of`), a receipt without units
+            (:func:`oracles.receipts.units_reader.no_units`), an engine or pin not present,
             the reference as its own port.
     """
     ref_all, port_all = units_of(ref_receipt, args.ref), units_of(port_receipt, args.port)

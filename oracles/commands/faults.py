@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from oracles.errors import FixtureError
-from oracles.receipts import load_receipt
+from oracles.receipts.table import load_receipt
 
 #: Column heads, in the order of oracles.faults.matrix.CHECKS (kept here so this command imports no numpy).
 ABBREV = {"forward:port": "fwd", "decode:port": "dec", "decode:recompute": "rec", "generation:port": "gen",

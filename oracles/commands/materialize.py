@@ -16,8 +16,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from oracles.materialize import materialize
-    from oracles.pins import load_pin
+    from oracles.pins.materialize import materialize
+    from oracles.pins.pin import load_pin
 
     result = materialize(load_pin(args.name), args.dest, write_pin=args.write_pin)
     print(json.dumps(result, indent=2))

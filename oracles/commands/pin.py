@@ -25,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from oracles.pin_writer import write_pin
+    from oracles.pins.writer import write_pin
 
     pin = write_pin(args.name, args.source, trained=not args.untrained)
     total = sum(f.bytes for f in pin.files.values())

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from oracles.errors import FixtureError
-from oracles.receipts import checks_table, load_receipt, load_records
-from oracles.report import format_checks
+from oracles.receipts.report import format_checks
+from oracles.receipts.table import checks_table, load_receipt, load_records
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,7 +1,7 @@
 """``oracles records FAMILY --pin NAME``: a family's token ids for one pin's tokenizer, from the tokenizer alone.
 
 No weights, no torch: the pin's chat template is rendered with jinja2 and its tokenizer encodes with the
-``tokenizers`` library (:class:`oracles.tokenizer.LightTokenizer`; the slow suite holds the engines'
+``tokenizers`` library (:class:`oracles.pins.tokenizer.LightTokenizer`; the slow suite holds the engines'
 own ids against what this writes). The tokenizer files are read from ``--tokenizer-dir``, else from
 the pin's verified snapshot. The document goes to the project's records folder
 (``<oracles_records>/FAMILY/tokens/NAME.json``) and names the tokenizer by its digest, so every pin
@@ -34,7 +34,7 @@ def _tokenizer_root(pin: Any, given: Path | None) -> Path:
         PinError: a tokenizer file differs from the pin (file and digests named), or the snapshot is missing.
     """
     from oracles.errors import PinError
-    from oracles.pins import TOKENIZER_FILES, sha256_file, snapshot_dir
+    from oracles.pins.pin import TOKENIZER_FILES, sha256_file, snapshot_dir
 
     root = given or snapshot_dir(pin)
     for name, want in pin.files.items():
@@ -52,7 +52,7 @@ def build(family: str, pin: Any, root: Path) -> dict[str, Any]:
     """The tokens document of ``family`` for ``pin``'s tokenizer read from ``root``; for a tokenizer
     without a chat template, a document that says so (``unsupported``), so the family's tests on that
     pin skip with the reason instead of failing or vanishing."""
-    from oracles.tokenizer import NoChatTemplate
+    from oracles.pins.tokenizer import NoChatTemplate
 
     try:
         return _build(family, pin, root)
@@ -64,18 +64,18 @@ def build(family: str, pin: Any, root: Path) -> dict[str, Any]:
 
 def _build(family: str, pin: Any, root: Path) -> dict[str, Any]:
     if family == "d1":
-        from oracles.families.d1_rows import current_rows
+        from oracles.families.d1.rows import current_rows
 
         return current_rows(root, pin.name, pin.tokenizer_sha256)
-    from oracles.families.mtplx import build_tokens
-    from oracles.tokenizer import load_tokenizer
+    from oracles.families.execution.prompts import build_tokens
+    from oracles.pins.tokenizer import load_tokenizer
 
     return build_tokens(pin.name, pin.tokenizer_sha256, load_tokenizer(root).chat_ids)
 
 
 def run(args: argparse.Namespace) -> int:
-    from oracles.pins import load_pin
-    from oracles.records import records_store
+    from oracles.families.records import records_store
+    from oracles.pins.pin import load_pin
 
     pin = load_pin(args.pin)
     doc = build(args.family, pin, _tokenizer_root(pin, args.tokenizer_dir))

@@ -1,6 +1,6 @@
 """``oracles summarize RECEIPT``: the d1 table of a receipt.
 
-Reads a receipt's d1 row units (:mod:`oracles.units`: one per question, pin and engine, with the
+Reads a receipt's d1 row units (:mod:`oracles.receipts.units`: one per question, pin and engine, with the
 figures ``test_readout`` records beside each) and its d1 records (``test_tree_vs_row``: the tree path's
 answer; ``test_red_arm``; ``test_tree_split``: timings; ``test_dry_request``: rejected questions), one
 block per pin and engine, and writes, beside the receipt unless ``--out`` says
@@ -21,12 +21,12 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable
 
+from oracles.commands.plots import unavailable
 from oracles.errors import FixtureError, ReceiptError
-from oracles.plots import unavailable
-from oracles.receipt_files import dump_json, load_json, write_exclusive
-from oracles.units_reader import units_of
+from oracles.receipts.files import dump_json, load_json, write_exclusive
+from oracles.receipts.units_reader import units_of
 
-NEAR_TIE = 0.02  # oracles.families.d1.NEAR_TIE (not imported: this command stays light)
+NEAR_TIE = 0.02  # oracles.families.d1.records.NEAR_TIE (not imported: this command stays light)
 PERCENTILES = (0.0, 0.05, 0.10, 0.25, 0.50)
 
 
@@ -101,7 +101,7 @@ def _questions(receipt: dict[str, Any], path: Path) -> dict[tuple[str, str], lis
     figures its test recorded beside it (:data:`FIELDS` ``["d1-row"]``).
 
     Raises:
-        ReceiptError: a malformed unit (:func:`oracles.units_reader.units_of`); FixtureError: a missing figure.
+        ReceiptError: a malformed unit (:func:`oracles.receipts.units_reader.units_of`); FixtureError: a missing figure.
     """
     records = {str(t.get("nodeid")): t for t in receipt["tests"] if isinstance(t, dict)}
     out: dict[tuple[str, str], list[dict[str, Any]]] = {}
@@ -167,7 +167,7 @@ def summarize(receipt: Any, path: Path) -> dict[str, Any]:
     """The summary document of a receipt, one block per pin and engine (see the module docstring).
 
     Raises:
-        ReceiptError: not a receipt of this schema, or a malformed unit (:func:`oracles.units_reader.units_of`).
+        ReceiptError: not a receipt of this schema, or a malformed unit (:func:`oracles.receipts.units_reader.units_of`).
         FixtureError: the receipt holds no d1 row unit, or a record summarize reads is malformed
             (:data:`FIELDS`; record and field named).
     """
@@ -228,7 +228,7 @@ def table(summary: dict[str, Any]) -> list[str]:
 
 def plot(summary: dict[str, Any]) -> bytes:
     """PNG bytes: gold agreement by length bucket (left) and the top-2 gap histogram (right)."""
-    from oracles.plots import png_bytes, pyplot
+    from oracles.commands.plots import png_bytes, pyplot
 
     plt = pyplot()
 

@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from oracles.checks.absmax import FP16_MAX, headroom, worst
+from oracles.commands.plots import unavailable
 from oracles.errors import FixtureError, ReceiptError
-from oracles.pin_writer import NAME as PIN_NAME
-from oracles.plots import unavailable
-from oracles.receipt_files import dump_json, load_json, write_exclusive
+from oracles.pins.writer import NAME as PIN_NAME
+from oracles.receipts.files import dump_json, load_json, write_exclusive
 
 STAT_FIELDS = ("pos0", "rest", "overall", "argmax_pos", "argmax_ch")
 
@@ -137,7 +137,7 @@ def table(result: dict[str, Any]) -> list[str]:
 
 def plot(result: dict[str, Any]) -> bytes:
     """PNG bytes: one panel per pin/engine, per-layer maxima (log scale) and the float16 limit."""
-    from oracles.plots import png_bytes, pyplot
+    from oracles.commands.plots import png_bytes, pyplot
 
     plt = pyplot()
     from matplotlib.ticker import MaxNLocator

@@ -20,11 +20,11 @@ if TYPE_CHECKING:
     from oracles.engines.base import Engine
 
 BUILTIN: dict[str, str] = {
-    "torch": "oracles.engines.torch_ref:TorchReference",
-    "torch-cuda": "oracles.engines.torch_cuda:TorchCuda",
-    "mlx": "oracles.engines.mlx_port:MlxPort",
-    "mlx-vlm": "oracles.engines.mlx_vlm_port:MlxVlmPort",
-    "mtplx": "oracles.engines.mtplx_port:MtplxPort",
+    "torch": "oracles.engines.torch.reference:TorchReference",
+    "torch-cuda": "oracles.engines.torch.cuda:TorchCuda",
+    "mlx": "oracles.engines.mlx.lm:MlxPort",
+    "mlx-vlm": "oracles.engines.mlx.vlm:MlxVlmPort",
+    "mtplx": "oracles.engines.mlx.mtplx:MtplxPort",
 }
 GROUP = "oracles.engines"
 

@@ -24,7 +24,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from oracles.engines.taps import Taps
-    from oracles.pins import Pin
+    from oracles.pins.pin import Pin
 
 
 from oracles.engines.types import (  # noqa: F401
@@ -48,7 +48,7 @@ def pinned_config(pin: "Pin") -> dict[str, Any] | None:
     without any framework, so an adapter's :meth:`Engine.unsupported_pin` may ask it at collection."""
     import json
 
-    from oracles.pins import sha256_file, snapshot_dir
+    from oracles.pins.pin import sha256_file, snapshot_dir
 
     digest = pin.files.get("config.json")
     try:

@@ -1,4 +1,4 @@
-"""The engine contract, checked where the plugin builds an engine (:class:`oracles.fixtures.EngineLoader`).
+"""The engine contract, checked where the plugin builds an engine (:class:`oracles.plugin.fixtures.EngineLoader`).
 
 Once at load, :func:`missing_members`: every member :class:`oracles.engines.base.Engine` requires
 (:data:`oracles.engines.base.REQUIRED_MEMBERS`) and every member of its tokenizer

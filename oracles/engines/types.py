@@ -54,7 +54,7 @@ class Tokenizer(Protocol):
 
     def encode(self, text: str, *, add_special_tokens: bool) -> Any:
         """Token ids (a sequence of ints) of ``text``; called with ``add_special_tokens=False`` once at
-        engine load, on the canary text (:func:`oracles.tokenizer.canary_disagreement`): its ids must be
+        engine load, on the canary text (:func:`oracles.pins.tokenizer.canary_disagreement`): its ids must be
         the pin's dry tokenizer's, which wrote every recorded token id the families feed the engine."""
         ...
 

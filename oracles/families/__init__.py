@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from oracles.pins import Pin
+    from oracles.pins.pin import Pin
 
 DEFAULT_PIN = "smollm2-135m-instruct"
 #: A second architecture through the text families: a seeded Qwen3.5 hybrid (Gated DeltaNet + attention
@@ -29,7 +29,7 @@ class Family:
     """One oracle family.
 
     name: the marker; help: its ``pytest --markers`` line; runs: the namespace of the session runs its
-    tests read (its tests share an xdist group per record in that namespace: oracles.groups);
+    tests read (its tests share an xdist group per record in that namespace: oracles.plugin.groups);
     modality: ``"text"`` or ``"vision"``, the pins it serves; port_scoped: a port engine runs only the
     records ``--port-records`` selects; default_pins: the pins it runs on without ``--pin``;
     tokens: the family whose per-tokenizer token ids its records read (``oracles records NAME --pin PIN``

@@ -18,7 +18,7 @@ from oracles.faults.matrix import run_checks
 from oracles.faults.panel import DRAFT_PIN, FAMILIES, PING, d1_inputs, family_runner
 
 if TYPE_CHECKING:
-    from oracles.fixtures import Engines, Runs
+    from oracles.plugin.fixtures import Engines, Runs
 
 
 @dataclass
@@ -77,7 +77,7 @@ def bisect_row(runs: Runs, engines: Engines, reference_id: str, pin: str,
                fault: str) -> tuple[dict[str, Any], FaultPort]:
     """``oracles bisect``'s report of the port against its faithful engine on "ping" (a cold
     prefill), and the port."""
-    from oracles.families.localise import localise
+    from oracles.families.execution.localise import localise
 
     reference, port = engines_of(runs, engines(reference_id, pin), pin, fault)
     report = runs(("faults-bisect", pin, fault), lambda: localise(reference, port, list(PING.bind(pin).ids), PING.id))

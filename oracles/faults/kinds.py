@@ -1,5 +1,5 @@
 """The fault kinds: each is one thing real ports have shipped wrong, injected into a faithful
-transformers engine (:class:`oracles.engines.torch_ref.TorchReference`) for the length of a call.
+transformers engine (:class:`oracles.engines.torch.reference.TorchReference`) for the length of a call.
 
 A fault never copies an engine: it edits a weight, a config value or a buffer of the loaded model,
 or adds a hook, inside :meth:`Fault.applied`, and undoes it on the way out, so one loaded model
@@ -18,7 +18,7 @@ import math
 from typing import TYPE_CHECKING, Any, ClassVar, Iterator, TypeAlias
 
 if TYPE_CHECKING:
-    from oracles.engines.torch_ref import TorchReference
+    from oracles.engines.torch.reference import TorchReference
     from oracles.faults.port import FaultPort
 
     #: What a fault is injected into: a transformers engine (its ``model`` edited in place), or a fault

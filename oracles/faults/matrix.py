@@ -33,10 +33,10 @@ from oracles.checks.port import (
 from oracles.engines.base import Generation, Step, Unsupported
 
 if TYPE_CHECKING:
-    from oracles.families.chat import ChatRun
-    from oracles.families.d1_run import RequestRun, TreeRun
-    from oracles.families.decode import DecodeRun
-    from oracles.families.speculative import SpeculativeRun
+    from oracles.families.d1.run import RequestRun, TreeRun
+    from oracles.families.execution.chat import ChatRun
+    from oracles.families.execution.decode import DecodeRun
+    from oracles.families.execution.speculative import SpeculativeRun
     from oracles.faults.panel import CohortRun
 
 #: Outcome of one check on one port: caught, passed, not applicable (the engine lacks the family's

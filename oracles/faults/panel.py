@@ -2,13 +2,13 @@
 functions, on short real records so that a dozen fault ports fit in the test budget.
 
     forward      ``engine.forward`` of the prompt record "ping" (31 ids), every row
-    decode       :func:`oracles.families.decode.greedy_decode` of "arith" (45 ids), 20 tokens at most,
+    decode       :func:`oracles.families.execution.decode.greedy_decode` of "arith" (45 ids), 20 tokens at most,
                  recomputed at steps 0, 9 and the last
     generation   the engine's own greedy ``generate`` of "arith"
-    speculative  :func:`oracles.families.speculative.speculate` of "arith", the draft twin drafting
-    chat         :func:`oracles.families.chat.run_chat` of the first two turns of "brief-story-prime",
+    speculative  :func:`oracles.families.execution.speculative.speculate` of "arith", the draft twin drafting
+    chat         :func:`oracles.families.execution.chat.run_chat` of the first two turns of "brief-story-prime",
                  8 tokens a turn
-    d1           :func:`oracles.families.d1_run.run_request` of "fact_water" (two questions: rows and a tree)
+    d1           :func:`oracles.families.d1.run.run_request` of "fact_water" (two questions: rows and a tree)
     cohort       :func:`run_cohort`: ``decode_cohort`` of three lanes cut from "arith" against each lane
                  decoded alone with ``forward``, 4 steps (the cohort family proper is built elsewhere;
                  README: how this column moves to it)
@@ -25,14 +25,14 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from oracles.engines.base import Engine, Sampler
-from oracles.families import d1
-from oracles.families.chat import ChatRecord, chat_request, run_chat
-from oracles.families.d1_run import run_request
-from oracles.families.decode import greedy_decode
-from oracles.families.execution import CHATS, DRAFT_PIN, GENERATION, NUM_DRAFT
-from oracles.families.mtplx import load_prompts
-from oracles.families.speculative import speculate
-from oracles.records import canonical_sha256
+from oracles.families.d1 import records as d1
+from oracles.families.d1.run import run_request
+from oracles.families.execution.chat import ChatRecord, chat_request, run_chat
+from oracles.families.execution.decode import greedy_decode
+from oracles.families.execution.prompts import load_prompts
+from oracles.families.execution.runs import CHATS, DRAFT_PIN, GENERATION, NUM_DRAFT
+from oracles.families.execution.speculative import speculate
+from oracles.families.records import canonical_sha256
 
 FAMILIES = ("forward", "decode", "generation", "speculative", "chat", "d1", "cohort")
 

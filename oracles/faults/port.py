@@ -28,12 +28,12 @@ FACTS = ("pin", "root", "threads", "vocab_size", "hidden_size", "num_layers", "e
 
 def faultable(engine: Engine) -> Faultable:
     """``engine`` as what a fault is injected into: a transformers engine
-    (:class:`oracles.engines.torch_ref.TorchReference` or a subclass) or a fault port over one.
+    (:class:`oracles.engines.torch.reference.TorchReference` or a subclass) or a fault port over one.
 
     Raises:
         TypeError: any other engine (named): a fault edits a transformers model in place.
     """
-    from oracles.engines.torch_ref import TorchReference
+    from oracles.engines.torch.reference import TorchReference
 
     if isinstance(engine, (TorchReference, FaultPort)):
         return engine

@@ -1,4 +1,4 @@
-"""Fixtures the suite's modules share beyond the plugin's (which every project gets: oracles/fixtures.py)."""
+"""Fixtures the suite's modules share beyond the plugin's (which every project gets: oracles/plugin/fixtures.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 import pytest
 
-from oracles.families import clef
+from oracles.families.clef import records as clef
 
 
 @pytest.fixture

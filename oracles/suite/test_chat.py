@@ -14,16 +14,16 @@ import pytest
 
 from oracles.checks.cache import CACHE_ATOL, CACHE_NMSE, cache_failure, cache_figures
 from oracles.checks.exact import assert_ids_equal
+from oracles.checks.fingerprint import fingerprint
 from oracles.checks.port import assert_within_thresholds, first_divergence, held_figures
 from oracles.engines.base import Engine
 from oracles.families import DEFAULT_PIN
-from oracles.families import execution as ex
-from oracles.families.chat import ChatRecord
-from oracles.fingerprint import fingerprint
-from oracles.fixtures import Runs
-from oracles.pins import untrained_reason
-from oracles.receipts import Receipt
-from oracles.units import attach_unit
+from oracles.families.execution import runs as ex
+from oracles.families.execution.chat import ChatRecord
+from oracles.pins.pin import untrained_reason
+from oracles.plugin.fixtures import Runs
+from oracles.receipts.table import Receipt
+from oracles.receipts.units import attach_unit
 
 pytestmark = [pytest.mark.mtplx_chat, pytest.mark.slow]
 

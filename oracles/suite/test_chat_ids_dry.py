@@ -13,11 +13,11 @@ from typing import Any, Callable
 import pytest
 
 from oracles.checks.exact import assert_ids_equal
-from oracles.families.mtplx import GENERATION, PROMPTS, load_prompts, source_digests
-from oracles.pins import load_pin
-from oracles.receipts import Receipt
-from oracles.records import family_tokens
-from oracles.tokenizer import LightTokenizer, load_tokenizer, tokenizer_folder
+from oracles.families.execution.prompts import GENERATION, PROMPTS, load_prompts, source_digests
+from oracles.families.records import family_tokens
+from oracles.pins.pin import load_pin
+from oracles.pins.tokenizer import LightTokenizer, load_tokenizer, tokenizer_folder
+from oracles.receipts.table import Receipt
 
 pytestmark = [pytest.mark.dry, pytest.mark.mtplx]
 

@@ -1,6 +1,6 @@
 """clef oracle on the vision-language pin: each engine's own invariants, row by row.
 
-Every row (a question of a record in an arm: :mod:`oracles.families.clef`) runs once per engine per
+Every row (a question of a record in an arm: :mod:`oracles.families.clef.records`) runs once per engine per
 session (``runs``) with the residual stream tapped; the tests read that run. ``engine`` is each
 (pin, engine) pair the plugin gives the family: the reference and each port that serves a vision pin
 (``--port auto``: mlx-vlm where it imports) on each pin (default ``qwen35-vl-twin``); a port is held
@@ -18,11 +18,12 @@ import pytest
 
 from oracles.checks import readout
 from oracles.checks.exact import assert_bits_equal, assert_within, diff
+from oracles.checks.fingerprint import fingerprint
 from oracles.checks.mrope import ClosedFormGap, Media, decode_planes, first_mismatches, mrope_planes, pad_runs, rope_delta
 from oracles.engines.base import Engine
-from oracles.engines.vl import pixel_digest
-from oracles.families import clef
-from oracles.families.clef_run import (
+from oracles.engines.vision import pixel_digest
+from oracles.families.clef import records as clef
+from oracles.families.clef.run import (
     STREAM_RUNS,
     Row,
     RowRun,
@@ -33,10 +34,9 @@ from oracles.families.clef_run import (
     run_decode,
     vision_spec,
 )
-from oracles.fingerprint import fingerprint
-from oracles.fixtures import Runs
-from oracles.receipts import Receipt
-from oracles.units import attach_unit
+from oracles.plugin.fixtures import Runs
+from oracles.receipts.table import Receipt
+from oracles.receipts.units import attach_unit
 
 pytestmark = [pytest.mark.clef, pytest.mark.slow]
 

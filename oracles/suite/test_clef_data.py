@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from oracles.errors import FixtureError
-from oracles.families import clef
-from oracles.families.clef_run import all_rows
+from oracles.families.clef import records as clef
+from oracles.families.clef.run import all_rows
 
 pytestmark = pytest.mark.clef
 
@@ -122,8 +122,8 @@ def test_twin_builds_twice_to_the_pinned_bytes(tmp_path: Path) -> None:
     import filecmp
 
     from oracles.families import BY_NAME
-    from oracles.materialize import materialize
-    from oracles.pins import load_pin
+    from oracles.pins.materialize import materialize
+    from oracles.pins.pin import load_pin
 
     pin = load_pin(BY_NAME["clef"].default_pins[0])
     built = [materialize(pin, tmp_path / name) for name in ("one", "two")]

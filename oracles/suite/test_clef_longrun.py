@@ -23,9 +23,9 @@ from typing import Any, Callable
 
 import pytest
 
-from oracles.fixtures import Engines
-from oracles.receipts import FAILING
-from oracles.state import state_of
+from oracles.plugin.fixtures import Engines
+from oracles.plugin.state import state_of
+from oracles.receipts.table import FAILING
 
 pytestmark = [pytest.mark.clef, pytest.mark.slow]
 

@@ -2,7 +2,7 @@
 
 Both engines' runs are the session runs of ``test_clef.py`` (the same memo key), so a row runs once per
 engine whichever module asks first. A port runs the rows ``--port-records`` selects (``sample``: rows
-of at most :data:`oracles.families.clef_run.CLEF_SAMPLE_TOKENS` tokens, every built-in row). The
+of at most :data:`oracles.families.clef.run.CLEF_SAMPLE_TOKENS` tokens, every built-in row). The
 thresholds are the float32 ones of :mod:`oracles.checks.port`; ``oracles compare R.json R.json``
 holds the same rows again from the receipt's ``clef-row`` units (mlx-vlm is the port on the clef pin):
 each carries the read-out and every prompt position's logits ``[T, V]``, as test_port_logits and
@@ -21,11 +21,11 @@ from oracles.checks.exact import assert_ids_equal, assert_within, diff
 from oracles.checks.mrope import first_mismatches
 from oracles.checks.port import assert_within_thresholds, held_figures, readout_failures, readout_figures
 from oracles.engines.base import Engine
-from oracles.families import clef
-from oracles.families.clef_run import CLEF_SAMPLE_TOKENS, Row, RowRun, all_rows, memo_row, vision_spec
-from oracles.fixtures import Runs
-from oracles.port_scope import PortScope
-from oracles.receipts import Receipt
+from oracles.families.clef import records as clef
+from oracles.families.clef.run import CLEF_SAMPLE_TOKENS, Row, RowRun, all_rows, memo_row, vision_spec
+from oracles.plugin.fixtures import Runs
+from oracles.plugin.port_scope import PortScope
+from oracles.receipts.table import Receipt
 
 pytestmark = [pytest.mark.clef, pytest.mark.slow]
 

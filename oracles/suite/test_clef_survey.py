@@ -22,11 +22,12 @@ from oracles.checks.absmax import FP16_MAX, headroom, row_stats
 from oracles.cli import main as cli_main
 from oracles.engines.base import Engine, Unsupported
 from oracles.errors import TokensMissing
-from oracles.families import DEFAULT_PIN, clef
-from oracles.families.clef_run import absmax_record
-from oracles.families.d1_rows import RowsView, rows_view
-from oracles.fixtures import Runs
-from oracles.receipts import Receipt
+from oracles.families import DEFAULT_PIN
+from oracles.families.clef import records as clef
+from oracles.families.clef.run import absmax_record
+from oracles.families.d1.rows import RowsView, rows_view
+from oracles.plugin.fixtures import Runs
+from oracles.receipts.table import Receipt
 
 pytestmark = pytest.mark.clef
 

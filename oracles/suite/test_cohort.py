@@ -2,7 +2,7 @@
 hold them in another order, every step, every lane, every cache buffer, bit for bit; a positive control
 that must fail; identical lanes in rows 0 and 1; row isolation; grow and anchor; snapshot/restore; and
 the paired benchmark. Runs on every pin ``--pin`` selects (default: SmolLM2-135M and the hybrid twin,
-``oracles.families``) and every engine; the runs are made once per (pin, engine) (``runs``) by :mod:`oracles.families.cohort`.
+``oracles.families``) and every engine; the runs are made once per (pin, engine) (``runs``) by :mod:`oracles.families.cohort.run`.
 
 An engine whose batched decode is not bit-equal to its serial decode says so
 (:meth:`oracles.engines.base.Engine.batch_variance`, with the measured figures): its bit-exact
@@ -19,9 +19,9 @@ import pytest
 from oracles.checks.cohort import COHORT_ATOL, Tally, compose, fixed_lanes
 from oracles.checks.exact import diff
 from oracles.engines.base import Engine
-from oracles.families import cohort as fam
-from oracles.fixtures import Runs
-from oracles.receipts import Receipt
+from oracles.families.cohort import run as fam
+from oracles.plugin.fixtures import Runs
+from oracles.receipts.table import Receipt
 
 pytestmark = pytest.mark.cohort
 slow = pytest.mark.slow
@@ -40,7 +40,7 @@ def lane(request: pytest.FixtureRequest) -> int:
 @pytest.fixture
 def spec(pytestconfig: pytest.Config, engine_id: str, pin_file: Any) -> fam.CohortSpec:
     """FULL, or SAMPLE for a port too slow for it under ``--port-records`` (:func:`fam.choose_spec`)."""
-    from oracles.state import settings_of
+    from oracles.plugin.state import settings_of
 
     settings = settings_of(pytestconfig)
     return fam.choose_spec(engine_id != settings.reference, settings.port_scope, fam.weight_bytes(pin_file))
@@ -56,7 +56,7 @@ def parity(runs: Runs, engine: Engine, pin: str, spec: fam.CohortSpec) -> Any:
 def anchor(runs: Runs, parity: Any, engine: Engine, pin: str, spec: fam.CohortSpec) -> Any:
     """The grow-and-anchor phase on the span's final caches, once per session; apart from the span's
     run, so an engine that cannot grow a cache still has its span proven."""
-    from oracles.families.cohort_anchor import run_anchor
+    from oracles.families.cohort.anchor import run_anchor
 
     def make() -> Any:
         done = run_anchor(engine, spec, parity.serial, parity.cohort)
@@ -233,7 +233,7 @@ def test_cohort_benchmark(runs: Runs, anchor: Any, engine: Engine, pin: str, spe
                           receipt: Receipt) -> None:
     """The paired benchmark from the anchor snapshots (a receipt section, no timed assertion); every
     timed trial must have decoded the anchor transaction (its outputs' digests are the proof's)."""
-    from oracles.families.cohort_bench import PAIRS, run_bench
+    from oracles.families.cohort.bench import PAIRS, run_bench
 
     if spec.scope != "full":
         pytest.skip(f"port {engine.id} on {pin}: the benchmark runs with the full span (pass --port-records all)")

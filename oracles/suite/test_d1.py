@@ -17,15 +17,15 @@ import pytest
 from oracles.checks import readout
 from oracles.checks.close import log_softmax64
 from oracles.checks.exact import assert_bits_equal, assert_ids_equal, assert_within, diff
+from oracles.checks.fingerprint import as_f4, fingerprint
 from oracles.engines.base import Engine, check_fits
-from oracles.families import d1
-from oracles.families.d1_rows import RowsView, load_arms, rows_view
-from oracles.families.d1_run import D1_SAMPLE_TOKENS, FULL_BUCKETS, RequestRun, row_pass, run_request
-from oracles.fingerprint import as_f4, fingerprint
-from oracles.fixtures import Runs
-from oracles.port_scope import PortScope
-from oracles.receipts import Receipt
-from oracles.units import attach_unit
+from oracles.families.d1 import records as d1
+from oracles.families.d1.rows import RowsView, load_arms, rows_view
+from oracles.families.d1.run import D1_SAMPLE_TOKENS, FULL_BUCKETS, RequestRun, row_pass, run_request
+from oracles.plugin.fixtures import Runs
+from oracles.plugin.port_scope import PortScope
+from oracles.receipts.table import Receipt
+from oracles.receipts.units import attach_unit
 
 pytestmark = [pytest.mark.d1, pytest.mark.slow]
 
@@ -84,7 +84,7 @@ def _full(pin: str) -> list[tuple[str, str]]:
 
 
 def _gate(engine_id: str, config: pytest.Config, pin: str, rid: str) -> None:
-    """Ports run the records ``--port-records`` selects (oracles/port_scope.py): by default those whose
+    """Ports run the records ``--port-records`` selects (oracles/plugin/port_scope.py): by default those whose
     longest row is at most d1_run.D1_SAMPLE_TOKENS, else all, or at most N tokens."""
     if engine_id == config.getoption("reference"):
         return
@@ -286,7 +286,7 @@ def test_determinism(runs: Runs, engine: Engine, key: tuple[str, str], pytestcon
     readout.assert_probs_equal(again.probs, first.probs, f"{_label(key)}: probabilities, {same}")
 
 
-#: (base record id, arm id): an arm's test runs with its base record's tests (oracles.groups.record_group).
+#: (base record id, arm id): an arm's test runs with its base record's tests (oracles.plugin.groups.record_group).
 ARM_KEYS = [(a["base_id"], arm_id) for arm_id, a in ARMS.items()]
 
 

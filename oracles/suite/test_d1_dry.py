@@ -2,7 +2,7 @@
 
 Each pin's d1 rows (its tokens file) are re-derived from requests.json, red_arms.json and the pin's
 tokenizer files (a committed copy, or its materialised snapshot; jinja2 + tokenizers,
-:mod:`oracles.families.d1_rows`) and held against the committed document: row ids, read-out groups,
+:mod:`oracles.families.d1.rows`) and held against the committed document: row ids, read-out groups,
 the trunk/branch split, rejected questions. A changed tokenizer, template, request or variant rule
 shows up here before any model loads.
 """
@@ -15,11 +15,11 @@ from typing import Any, Callable
 import pytest
 
 from oracles.checks.exact import assert_ids_equal
-from oracles.families import d1
-from oracles.families.d1_rows import RowsView, current_rows, load_arms, rows_view
-from oracles.pins import load_pin, sha256_file
-from oracles.receipts import Receipt
-from oracles.tokenizer import tokenizer_folder
+from oracles.families.d1 import records as d1
+from oracles.families.d1.rows import RowsView, current_rows, load_arms, rows_view
+from oracles.pins.pin import load_pin, sha256_file
+from oracles.pins.tokenizer import tokenizer_folder
+from oracles.receipts.table import Receipt
 
 pytestmark = [pytest.mark.dry, pytest.mark.d1]
 
@@ -107,7 +107,7 @@ def test_dry_ids(views: Any, pin: str, key: tuple[str, str], receipt: Receipt) -
 
 @pytest.mark.parametrize("key", QUESTIONS, ids=[_label(k) for k in QUESTIONS])
 def test_dry_readout_groups(views: Any, pin: str, key: tuple[str, str], receipt: Receipt) -> None:
-    """The read-out groups (variant rule of oracles.families.d1) equal the committed ones."""
+    """The read-out groups (variant rule of oracles.families.d1.records) equal the committed ones."""
     got, want = _pair(views, pin, key)
     receipt.update(keys=got["keys"], readout_ids=got["readout_ids"])
     assert got["keys"] == want["keys"], f"{_label(key)}: keys {got['keys']} vs committed {want['keys']}"

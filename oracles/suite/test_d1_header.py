@@ -13,8 +13,8 @@ import pytest
 
 from oracles.checks.header import TORCH_TO_CODE, compare_to_model, tile_problems
 from oracles.errors import PinError
-from oracles.pins import load_pin, safetensors_header
-from oracles.receipts import Receipt
+from oracles.pins.pin import load_pin, safetensors_header
+from oracles.receipts.table import Receipt
 
 pytestmark = [pytest.mark.d1]
 

@@ -10,16 +10,16 @@ import pytest
 
 from oracles.checks.cache import CACHE_ATOL, CACHE_NMSE, cache_failure, cache_figures
 from oracles.checks.exact import diff
+from oracles.checks.fingerprint import as_f4, row_fingerprints
 from oracles.engines.base import Engine
-from oracles.families import execution as ex
-from oracles.families.decode import recompute_steps
-from oracles.families.mtplx import PromptRecord, load_prompts
-from oracles.fingerprint import as_f4, row_fingerprints
-from oracles.fixtures import Runs
-from oracles.pins import untrained_reason
-from oracles.port_scope import EXECUTION_SAMPLE_TOKENS, PortScope
-from oracles.receipts import Receipt
-from oracles.units import attach_unit
+from oracles.families.execution import runs as ex
+from oracles.families.execution.decode import recompute_steps
+from oracles.families.execution.prompts import PromptRecord, load_prompts
+from oracles.pins.pin import untrained_reason
+from oracles.plugin.fixtures import Runs
+from oracles.plugin.port_scope import EXECUTION_SAMPLE_TOKENS, PortScope
+from oracles.receipts.table import Receipt
+from oracles.receipts.units import attach_unit
 
 pytestmark = [pytest.mark.mtplx, pytest.mark.slow]
 

@@ -17,9 +17,9 @@ import pytest
 from oracles.faults import CONTROL, FAULTS
 from oracles.faults.detect import bisect_row, detect
 from oracles.faults.matrix import caught_by
-from oracles.fixtures import Engines, Runs
-from oracles.receipts import Receipt
-from oracles.state import settings_of
+from oracles.plugin.fixtures import Engines, Runs
+from oracles.plugin.state import settings_of
+from oracles.receipts.table import Receipt
 
 pytestmark = [pytest.mark.faults, pytest.mark.port, pytest.mark.slow]
 

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 
 from oracles.checks.exact import assert_ids_equal, assert_within, diff
+from oracles.checks.fingerprint import as_f4, fingerprint, row_fingerprints
 from oracles.engines.base import Engine
-from oracles.families import execution as ex
-from oracles.families.mtplx import PromptRecord, load_prompts
-from oracles.fingerprint import as_f4, fingerprint, row_fingerprints
-from oracles.fixtures import Runs
-from oracles.receipts import Receipt
+from oracles.families.execution import runs as ex
+from oracles.families.execution.prompts import PromptRecord, load_prompts
+from oracles.plugin.fixtures import Runs
+from oracles.receipts.table import Receipt
 
 pytestmark = [pytest.mark.mtplx, pytest.mark.slow]
 

@@ -9,14 +9,14 @@ from __future__ import annotations
 import pytest
 
 from oracles.checks.exact import assert_ids_equal
+from oracles.checks.fingerprint import fingerprint, row_fingerprints
 from oracles.engines.base import Engine
-from oracles.families import execution as ex
-from oracles.families.mtplx import PromptRecord
-from oracles.fingerprint import fingerprint, row_fingerprints
-from oracles.fixtures import Runs
-from oracles.pins import untrained_reason
-from oracles.receipts import Receipt
-from oracles.units import attach_unit
+from oracles.families.execution import runs as ex
+from oracles.families.execution.prompts import PromptRecord
+from oracles.pins.pin import untrained_reason
+from oracles.plugin.fixtures import Runs
+from oracles.receipts.table import Receipt
+from oracles.receipts.units import attach_unit
 
 pytestmark = [pytest.mark.mtplx, pytest.mark.slow]
 

@@ -18,10 +18,10 @@ from oracles.checks.bisect import FLOOR_AT_0, FLOOR_PER_LAYER
 from oracles.checks.exact import assert_bits_equal
 from oracles.engines.base import Engine
 from oracles.engines.taps import Taps
-from oracles.families.localise import localise
+from oracles.families.execution.localise import localise
 from oracles.faults.panel import PING
-from oracles.fixtures import Runs
-from oracles.receipts import Receipt
+from oracles.plugin.fixtures import Runs
+from oracles.receipts.table import Receipt
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 

@@ -18,11 +18,11 @@ import pytest
 from oracles.checks.exact import assert_ids_equal
 from oracles.checks.port import assert_within_thresholds, compared_rows, first_divergence, held_figures
 from oracles.engines.base import Engine, Step
-from oracles.families import execution as ex
-from oracles.families.localise import localise
-from oracles.families.mtplx import PromptRecord, load_prompts
-from oracles.fixtures import Engines, Runs
-from oracles.receipts import Receipt
+from oracles.families.execution import runs as ex
+from oracles.families.execution.localise import localise
+from oracles.families.execution.prompts import PromptRecord, load_prompts
+from oracles.plugin.fixtures import Engines, Runs
+from oracles.receipts.table import Receipt
 
 pytestmark = [pytest.mark.port, pytest.mark.slow]
 
@@ -39,7 +39,7 @@ def _held(what: str, ref_logits: Any, port_logits: Any, receipt: Receipt,
           localise_on: tuple[Any, Any, PromptRecord] | None = None) -> dict[str, Any]:
     """Hold the logits to the fp32 thresholds. When they fail and ``localise_on`` gives (reference,
     port, record), the receipt gains a ``bisect`` section: the first stage (layer, attention or MLP
-    inside it) where the port leaves the reference on that record (:mod:`oracles.families.localise`),
+    inside it) where the port leaves the reference on that record (:mod:`oracles.families.execution.localise`),
     or which engine cannot be localised."""
     __tracebackhide__ = True
     fig = held_figures(what, ref_logits, port_logits)

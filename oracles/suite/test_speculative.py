@@ -10,10 +10,10 @@ import pytest
 
 from oracles.checks.exact import assert_ids_equal
 from oracles.engines.base import Engine
-from oracles.families import execution as ex
-from oracles.families.mtplx import PromptRecord
-from oracles.fixtures import Engines, Runs
-from oracles.receipts import Receipt
+from oracles.families.execution import runs as ex
+from oracles.families.execution.prompts import PromptRecord
+from oracles.plugin.fixtures import Engines, Runs
+from oracles.receipts.table import Receipt
 
 pytestmark = [pytest.mark.mtplx, pytest.mark.slow]
 

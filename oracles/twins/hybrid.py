@@ -27,7 +27,7 @@ the smallest top-1/top-2 logit gap over those 128 steps (8.4e-4) is ~25x the MLX
 the issue measured (3.4e-5), so the port comparisons test the port, not coin flips.
 
 Untrained: it never chooses a stop token on purpose, so its pin says ``"trained": false`` and the
-checks that a generation ends with a stop token skip naming that (:mod:`oracles.pins`).
+checks that a generation ends with a stop token skip naming that (:mod:`oracles.pins.pin`).
 
 torch and transformers are imported inside :func:`build`, never at module import.
 """

@@ -120,11 +120,11 @@ class FakeEngine(Engine):
 
 class DryTokenizer:
     """A :class:`oracles.engines.types.Tokenizer` over a snapshot's tokenizer files without transformers
-    (the ``tokenizers`` library and the chat template, :class:`oracles.tokenizer.LightTokenizer`): it
+    (the ``tokenizers`` library and the chat template, :class:`oracles.pins.tokenizer.LightTokenizer`): it
     encodes the canary as the pin's dry tokenizer does, so an engine holding it passes the load's check."""
 
     def __init__(self, root: Path) -> None:
-        from oracles.tokenizer import load_tokenizer
+        from oracles.pins.tokenizer import load_tokenizer
 
         self.light = load_tokenizer(root)
         self.chat_template = self.light.template

@@ -75,8 +75,8 @@ def pin_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pat
     """A project folder with an ini file (default pins folder ``fixtures/pins``), made the current folder
     for the in-process ``oracles`` command; ``$ORACLES_HOME`` points into tmp_path, and the command's
     pin and records stores are put back afterwards."""
-    import oracles.pins as pins
-    import oracles.records as records
+    import oracles.families.records as records
+    import oracles.pins.pin as pins
 
     folder = tmp_path / "proj"
     folder.mkdir()

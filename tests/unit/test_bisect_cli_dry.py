@@ -160,12 +160,12 @@ def _bisect(cli: Cli, tmp_path: Path, port: str, *extra: str) -> tuple[int, str,
 
 def _never_loaded(monkeypatch: pytest.MonkeyPatch) -> None:
     """Fail the test if bisect gets as far as verifying a snapshot (what precedes any weights loading)."""
-    import oracles.pins
+    import oracles.pins.pin
 
     def verify(*_a: Any, **_k: Any) -> Any:
         raise AssertionError("the snapshot was verified: the refusal came after loading had begun")
 
-    monkeypatch.setattr(oracles.pins, "verify_snapshot", verify)
+    monkeypatch.setattr(oracles.pins.pin, "verify_snapshot", verify)
 
 
 @pytest.mark.parametrize("port, status, verdict", [("fake-twin", 0, "verdict: every stage within its budget"),
@@ -211,7 +211,7 @@ def test_a_reference_that_cannot_run_is_refused_before_anything_loads(fakes: Non
 
 
 def test_a_port_whose_build_raises_is_one_line(fakes: None, tiny: Path, tmp_path: Path, oracles_cli: Cli) -> None:
-    """The plugin's line for a failed build (oracles.fixtures.EngineLoader), not a KeyError traceback."""
+    """The plugin's line for a failed build (oracles.plugin.fixtures.EngineLoader), not a KeyError traceback."""
     code, out, err = _bisect(oracles_cli, tmp_path, "fake-broken")
     assert (code, out) == (2, "") and err.count("\n") == 1, err
     assert err.startswith("oracles bisect: error: engine fake-broken cannot load pin tiny: KeyError: "

@@ -12,7 +12,7 @@ from oracles.checks.bisect import budget, first_divergent, inside_layer, row_nms
 from oracles.commands.bisect import table
 from oracles.engines.base import Step, Unsupported
 from oracles.engines.taps import Taps
-from oracles.families.localise import localise
+from oracles.families.execution.localise import localise
 
 pytestmark = pytest.mark.dry
 

@@ -6,7 +6,7 @@ import numpy as np
 from test_bisect_dry import FakeEngine, forward_arrays, perturbed
 
 from oracles.commands.bisect import plot
-from oracles.families.localise import localise
+from oracles.families.execution.localise import localise
 
 
 def test_plot_is_a_png_with_the_named_stage() -> None:

@@ -11,7 +11,7 @@ from typing import Any, Sequence
 import pytest
 from cohort_fake import FakeEngine
 
-from oracles.families.chat import ChatRecord, run_chat
+from oracles.families.execution.chat import ChatRecord, run_chat
 from oracles.faults.matrix import chat_port
 
 pytestmark = pytest.mark.dry

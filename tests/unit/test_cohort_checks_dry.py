@@ -18,8 +18,8 @@ from oracles.checks.cohort import (
     layer_and_buffer,
     to_physical,
 )
-from oracles.families import cohort_bench as bench
-from oracles.report import format_benchmarks
+from oracles.families.cohort import bench
+from oracles.receipts.report import format_benchmarks
 
 pytestmark = pytest.mark.dry
 

@@ -11,9 +11,9 @@ import pytest
 from cohort_fake import FakeEngine
 
 from oracles.checks.cohort import compare_cohort, compose
-from oracles.families import cohort as fam
-from oracles.families.cohort_anchor import run_cohort
-from oracles.families.cohort_bench import run_bench
+from oracles.families.cohort import run as fam
+from oracles.families.cohort.anchor import run_cohort
+from oracles.families.cohort.bench import run_bench
 
 pytestmark = pytest.mark.dry
 

@@ -14,7 +14,7 @@ from units_fake import PIN, SHA, TWIN, decode, logits, probs, readout, slot, wri
 
 from oracles.checks.port import KEY_MARGIN, MAX_ABS_DP, MAX_ABS_LOGIT
 from oracles.cli import main
-from oracles.receipts import SCHEMA_VERSION
+from oracles.receipts.table import SCHEMA_VERSION
 
 pytestmark = [pytest.mark.dry]
 
@@ -252,15 +252,15 @@ def test_schema_1_receipt_refused_in_one_line(tmp_path: Path, capsys: pytest.Cap
     assert _compare(old, old, tmp_path / "c.json") == 2
     assert capsys.readouterr().err == (f"oracles compare: error: {old}: field 'schema_version' is 1, not {SCHEMA_VERSION}: "
                                        f"its comparable units are not the records this plugin declares "
-                                       f"(oracles/units.py); re-run its tests with this plugin to read them\n")
+                                       f"(oracles/receipts/units.py); re-run its tests with this plugin to read them\n")
     assert not (tmp_path / "c.json").exists()
 
 
 def test_argmax_agreement_counts_rows_of_a_shared_prefix_only() -> None:
     """After generated tokens diverge, rows condition on different prefixes: argmax agreement counts the
     rows through the first divergent one (its prefix is still shared), never the rows after it."""
-    from oracles.compare import compare_pair
-    from oracles.units import Unit
+    from oracles.receipts.compare import compare_pair
+    from oracles.receipts.units import Unit
 
     def gen(tokens: list[int], argmax: list[int]) -> Unit:
         return Unit("generate-sampled", SHA, "", PIN, "e", "arith", (1, 2), tuple(tokens), tuple(argmax))

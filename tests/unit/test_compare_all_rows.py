@@ -17,8 +17,8 @@ from units_fake import V, decode, write
 
 from oracles.checks.port import MAX_ABS_LOGIT, MAX_NMSE, compared_rows, port_figures, threshold_failures
 from oracles.cli import main
-from oracles.compare import held_rows
-from oracles.units import KINDS, Unit
+from oracles.receipts.compare import held_rows
+from oracles.receipts.units import KINDS, Unit
 
 pytestmark = [pytest.mark.dry]
 

@@ -1,6 +1,6 @@
 """A receipt holding no comparable unit at all (a ``-m port`` run: port tests hold the port against the
 reference in the test and attach none) is refused saying so, which families attach units and which
-families the receipt ran; :data:`oracles.units.ATTACHED_BY` is held to the suite's attach_unit calls."""
+families the receipt ran; :data:`oracles.receipts.units.ATTACHED_BY` is held to the suite's attach_unit calls."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from units_fake import decode, logits, write
 import oracles.suite
 from oracles.cli import main
 from oracles.families import family_of
-from oracles.units import ATTACHED_BY, KINDS
+from oracles.receipts.units import ATTACHED_BY, KINDS
 
 pytestmark = [pytest.mark.dry]
 

@@ -13,7 +13,7 @@ from units_fake import PIN, SHA, decode, logits, readout, slot, write
 
 from oracles.checks.port import MAX_ABS_LOGIT
 from oracles.cli import main
-from oracles.units import KINDS, Unit
+from oracles.receipts.units import KINDS, Unit
 
 pytestmark = [pytest.mark.dry]
 

@@ -12,8 +12,8 @@ import pytest
 from oracles.checks import readout
 from oracles.checks.close import log_softmax64
 from oracles.errors import FixtureError
-from oracles.families import d1
-from oracles.records import canonical_sha256
+from oracles.families.d1 import records as d1
+from oracles.families.records import canonical_sha256
 
 pytestmark = [pytest.mark.dry, pytest.mark.d1]
 WHERE = "requests.json: record 'r1'"

@@ -16,8 +16,8 @@ from cohort_fake import D, DryTokenizer, FakeEngine, V
 from oracles.engines.base import REQUIRED_MEMBERS, Engine, EngineContractError, Generation, Sampler, Step, Tokenizer
 from oracles.engines.contract import install_checks
 from oracles.engines.types import TOKENIZER_MEMBERS, VISION_TOKENIZER_MEMBERS
-from oracles.fixtures import EngineLoader
-from oracles.tokenizer import canary_disagreement
+from oracles.pins.tokenizer import canary_disagreement
+from oracles.plugin.fixtures import EngineLoader
 
 pytestmark = pytest.mark.dry
 

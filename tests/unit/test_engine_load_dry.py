@@ -14,11 +14,11 @@ import pytest
 from cohort_fake import DryTokenizer
 
 from oracles.engines.base import Engine
-from oracles.engines.mlx_port import MlxPort, missing_model_module
+from oracles.engines.mlx.lm import MlxPort, missing_model_module
 from oracles.errors import OracleError
-from oracles.fixtures import EngineLoader
-from oracles.pins import FileDigest, Pin, sha256_file
-from oracles.tokenizer import CANARY, canary_disagreement, load_tokenizer
+from oracles.pins.pin import FileDigest, Pin, sha256_file
+from oracles.pins.tokenizer import CANARY, canary_disagreement, load_tokenizer
+from oracles.plugin.fixtures import EngineLoader
 
 pytestmark = pytest.mark.dry
 
@@ -79,7 +79,7 @@ def test_mlx_port_leaves_out_opt_pin_at_collection(tmp_path: Path) -> None:
 
 def test_mlx_port_judges_the_model_type_it_loads_not_the_config_one(tmp_path: Path) -> None:
     """A text-only Qwen3.5 (config model_type qwen3_5_text, which mlx-lm has no module for) is loaded as
-    mlx-lm's qwen3_5 (oracles.engines.mlx_hybrid): kept. Without the translation the hybrid twin's MLX
+    mlx-lm's qwen3_5 (oracles.engines.mlx.hybrid): kept. Without the translation the hybrid twin's MLX
     runs, a third of make test's port coverage, were left out."""
     if MlxPort.unavailable_reason() is not None:
         pytest.skip("mlx-lm is not installed here")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from oracles.environment import VERSIONED, git_state, installed_versions
+from oracles.receipts.environment import VERSIONED, git_state, installed_versions
 
 pytestmark = pytest.mark.dry
 

@@ -14,7 +14,7 @@ import pytest
 from oracles.cli import main
 from oracles.engines.base import Unsupported
 from oracles.faults.matrix import CAUGHT, CHECKS, NOT_APPLICABLE, PASSED, UNTOUCHED, run_checks
-from oracles.receipts import SCHEMA_VERSION
+from oracles.receipts.table import SCHEMA_VERSION
 
 pytestmark = pytest.mark.dry
 

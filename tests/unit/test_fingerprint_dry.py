@@ -11,8 +11,8 @@ import struct
 import numpy as np
 import pytest
 
+from oracles.checks.fingerprint import as_f4, fingerprint, row_fingerprints
 from oracles.errors import NonFiniteError
-from oracles.fingerprint import as_f4, fingerprint, row_fingerprints
 
 pytestmark = pytest.mark.dry
 
@@ -105,7 +105,7 @@ def test_zero_dim_keeps_its_shape() -> None:
 
 def test_large_array_hashed_while_checked() -> None:
     """Arrays of THREAD_MIN_BYTES and more take the threaded path: same digest, same refusal."""
-    from oracles.fingerprint import THREAD_MIN_BYTES
+    from oracles.checks.fingerprint import THREAD_MIN_BYTES
 
     a = np.arange(THREAD_MIN_BYTES // 4 + 8, dtype=np.float32).reshape(-1, 8) / 16
     assert fingerprint(a)["sha256"] == hashlib.sha256(a.astype("<f4").tobytes()).hexdigest()

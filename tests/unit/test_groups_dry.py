@@ -1,4 +1,4 @@
-"""oracles.groups.record_group: which xdist group an oracle test joins (pure, dry)."""
+"""oracles.plugin.groups.record_group: which xdist group an oracle test joins (pure, dry)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from oracles.groups import record_group
-from oracles.receipts import plain_nodeid
+from oracles.plugin.groups import record_group
+from oracles.receipts.table import plain_nodeid
 
 pytestmark = pytest.mark.dry
 

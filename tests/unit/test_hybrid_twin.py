@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from oracles.engines.base import Engine, digest_buffers
-from oracles.families.execution import GENERATION
-from oracles.families.mtplx import PromptRecord
-from oracles.fixtures import Engines
+from oracles.families.execution.prompts import PromptRecord
+from oracles.families.execution.runs import GENERATION
+from oracles.plugin.fixtures import Engines
 from oracles.twins import hybrid
 
 #: One xdist worker for the module: each engine loads the twin once (a second worker would load torch again).

@@ -12,9 +12,9 @@ from types import SimpleNamespace
 import pytest
 
 from oracles.engines.base import Engine
-from oracles.engines.mlx_hybrid import KNOWN_GAPS
-from oracles.engines.mlx_port import MlxPort
-from oracles.families.execution import WINDOW_ORACLE
+from oracles.engines.mlx.hybrid import KNOWN_GAPS
+from oracles.engines.mlx.lm import MlxPort
+from oracles.families.execution.runs import WINDOW_ORACLE
 
 pytestmark = pytest.mark.dry
 

@@ -19,14 +19,14 @@ from typing import Callable
 
 import pytest
 
-from oracles.pins import DEFAULT_PIN, load_pin
+from oracles.pins.pin import DEFAULT_PIN, load_pin
 
 BUILD = """
 import json, sys
 from pathlib import Path
 from typing import Callable
-from oracles.materialize import materialize
-from oracles.pins import load_pin
+from oracles.pins.materialize import materialize
+from oracles.pins.pin import load_pin
 print(json.dumps(materialize(load_pin(sys.argv[1]), Path(sys.argv[2]))))
 """
 

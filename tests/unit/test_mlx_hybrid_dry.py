@@ -1,4 +1,4 @@
-"""The MLX port's reading of a text-only Qwen3.5 config (oracles/engines/mlx_hybrid.py), without mlx:
+"""The MLX port's reading of a text-only Qwen3.5 config (oracles/engines/mlx/hybrid.py), without mlx:
 the layer placement mlx-lm can express, the overrides recorded, and the refusal of one it cannot."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from oracles.engines import mlx_hybrid
-from oracles.pins import load_pin
+from oracles.engines.mlx import hybrid as mlx_hybrid
+from oracles.pins.pin import load_pin
 from oracles.twins import hybrid
 
 pytestmark = pytest.mark.dry

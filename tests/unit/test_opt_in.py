@@ -59,7 +59,7 @@ def test_uses_the_fixtures(receipt, runs):
 """
 #: What a plugin that is off may import: itself, its fixtures' module, and the two light modules its
 #: options and markers come from.
-LIGHT = ["oracles", "oracles.families", "oracles.fixtures", "oracles.plugin", "oracles.project"]
+LIGHT = ["oracles", "oracles.families", "oracles.plugin.fixtures", "oracles.plugin", "oracles.pins.project"]
 
 
 def run(project: Path, probe_dir: Path, *extra: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:

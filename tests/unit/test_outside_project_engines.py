@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 MODULES = {
-    "badid": "from oracles.engines.torch_ref import TorchReference\n\n\nclass BadId(TorchReference):\n    id = 'other'\n",
+    "badid": "from oracles.engines.torch.reference import TorchReference\n\n\nclass BadId(TorchReference):\n    id = 'other'\n",
     "broken": "import framework_that_is_not_installed  # noqa: F401\n",
     "notengine": "class NotEngine:\n    id = 'notengine'\n",
 }

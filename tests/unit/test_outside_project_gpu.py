@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 import pytest
 
-from oracles.engines.torch_cuda import TorchCuda, probe_device, torch_build_cuda
+from oracles.engines.torch.cuda import TorchCuda, probe_device, torch_build_cuda
 
 NO_CUDA = probe_device("cuda")
 
@@ -70,7 +70,7 @@ def test_reference_on_cuda_is_held_like_a_port_with_tf32_off(verified_snapshot: 
     """The draft twin's prefill on CUDA (float32, TF32 off) held against the CPU reference with the fp32
     port thresholds of oracles.checks.port (justified there); its receipt facts say TF32 is off."""
     from oracles.checks.port import assert_within_thresholds, held_figures
-    from oracles.engines.torch_ref import TorchReference
+    from oracles.engines.torch.reference import TorchReference
 
     if NO_CUDA is not None:  # the gpu gate passes for Metal too
         pytest.skip(f"gpu: this check needs CUDA: {NO_CUDA}")

@@ -44,7 +44,7 @@ import sys
 from pathlib import Path
 
 from oracles.families import DEFAULT_PIN
-from oracles.records import TOKENIZER_COPIES
+from oracles.families.records import TOKENIZER_COPIES
 from oracles.twins import draft
 
 draft.CONFIG = {**draft.CONFIG, "initializer_range": 0.1}
@@ -52,7 +52,7 @@ print(draft.build(1, Path(sys.argv[1]), TOKENIZER_COPIES / DEFAULT_PIN))
 """
 PORT = '''"""My port: the reference's own class under another engine id (a faithful port)."""
 
-from oracles.engines.torch_ref import TorchReference
+from oracles.engines.torch.reference import TorchReference
 
 
 class MyPort(TorchReference):

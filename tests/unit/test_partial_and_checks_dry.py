@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from oracles.cli import main
-from oracles.receipts import SCHEMA_VERSION
-from oracles.report import format_checks
-from oracles.resume import npz_keys, pin_selection
+from oracles.receipts.report import format_checks
+from oracles.receipts.resume import npz_keys, pin_selection
+from oracles.receipts.table import SCHEMA_VERSION
 
 pytestmark = pytest.mark.dry
 
@@ -94,7 +94,7 @@ def test_resume_finds_a_renamed_receipts_sidecar_as_readers_do(tmp_path: Path) -
 
     import numpy as np
 
-    from oracles.resume import ArraySource
+    from oracles.receipts.resume import ArraySource
 
     buf = io.BytesIO()
     np.savez(buf, k1=np.zeros(2, "<f4"))

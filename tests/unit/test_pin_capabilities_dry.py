@@ -10,8 +10,8 @@ import pytest
 
 from oracles.commands.records import build
 from oracles.engines.base import ContextTooShort, Engine, Unsupported, check_fits
-from oracles.pins import load_pin
-from oracles.records import TOKENIZER_COPIES
+from oracles.families.records import TOKENIZER_COPIES
+from oracles.pins.pin import load_pin
 
 pytestmark = pytest.mark.dry
 

@@ -19,12 +19,12 @@ from typing import Any
 
 import pytest
 
-import oracles.pins as pins
+import oracles.pins.pin as pins
 from oracles.errors import PinError
 from oracles.families import DEFAULT_PIN
-from oracles.pin_writer import LineProgress, Snapshot, hash_files, progress_for
-from oracles.pins import load_pin
-from oracles.records import RECORDS, TOKENIZER_COPIES
+from oracles.families.records import RECORDS, TOKENIZER_COPIES
+from oracles.pins.pin import load_pin
+from oracles.pins.writer import LineProgress, Snapshot, hash_files, progress_for
 
 pytestmark = pytest.mark.dry
 

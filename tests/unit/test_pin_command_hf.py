@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from test_pin_command_dry import error_line, make_snapshot
 
-from oracles import hf_cache
-from oracles.pins import load_pin, snapshot_dir
+from oracles.pins import hf_cache
+from oracles.pins.pin import load_pin, snapshot_dir
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 OTHER = "fedcba9876543210fedcba9876543210fedcba98"

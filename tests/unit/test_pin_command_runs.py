@@ -13,7 +13,7 @@ from typing import Any, Callable
 import pytest
 from test_pin_command_dry import make_snapshot
 
-from oracles.pin_writer import write_pin
+from oracles.pins.writer import write_pin
 
 USES_PIN = """
 def test_pin_is_the_project_one(pin, pin_file):

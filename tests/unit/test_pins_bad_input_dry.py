@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from oracles.errors import FixtureError, PinError
-from oracles.pins import PinStore, load_pin, parse_snapshot_options, safetensors_header, verify_snapshot
+from oracles.pins.pin import PinStore, load_pin, parse_snapshot_options, safetensors_header, verify_snapshot
 
 pytestmark = pytest.mark.dry
 

@@ -6,8 +6,8 @@ import hashlib
 
 import pytest
 
-from oracles.pins import DEFAULT_PIN, available_pins, load_pin
-from oracles.records import TOKENIZER_COPIES
+from oracles.families.records import TOKENIZER_COPIES
+from oracles.pins.pin import DEFAULT_PIN, available_pins, load_pin
 
 pytestmark = pytest.mark.dry
 

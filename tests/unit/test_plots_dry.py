@@ -1,4 +1,4 @@
-"""oracles.plots where matplotlib cannot be imported: one line naming what is missing and the extra that
+"""oracles.commands.plots where matplotlib cannot be imported: one line naming what is missing and the extra that
 brings it, for the commands to print instead of a PNG (no matplotlib is imported here)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-from oracles.plots import PlotsUnavailable, pyplot, unavailable
+from oracles.commands.plots import PlotsUnavailable, pyplot, unavailable
 
 pytestmark = pytest.mark.dry
 

@@ -16,8 +16,8 @@ from typing import Any, Callable
 import pytest
 from inner_runs import DEADLINE
 
-from oracles.pins import BUILTIN_PINS, DEFAULT_PIN, load_pin
-from oracles.receipts import SCHEMA_VERSION
+from oracles.pins.pin import BUILTIN_PINS, DEFAULT_PIN, load_pin
+from oracles.receipts.table import SCHEMA_VERSION
 
 DEADLINE_SUITE = f"""
 import time

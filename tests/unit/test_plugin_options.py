@@ -69,7 +69,7 @@ def test_unregistered_marker_refused(pytester: pytest.Pytester) -> None:
 
 
 def test_gpu_skip_names_what_was_probed(pytester: pytest.Pytester) -> None:
-    from oracles.accel import probe_accelerator
+    from oracles.engines.accel import probe_accelerator
 
     if probe_accelerator() is None:
         pytest.skip("an accelerator answers on this machine: gpu tests run here")
@@ -175,7 +175,7 @@ BAD_INPUT_SUITE = """
 from pathlib import Path
 import pytest
 from oracles.errors import FixtureError
-from oracles.records import load_record_list
+from oracles.families.records import load_record_list
 
 @pytest.fixture
 def rows():
@@ -206,7 +206,7 @@ def test_bad_input_errors_are_one_line(pytester: pytest.Pytester) -> None:
 def test_bad_record_file_at_collection_is_one_line(pytester: pytest.Pytester, only_receipt: Callable[..., Any]) -> None:
     pytester.makepyfile(test_suite="""
         from pathlib import Path
-        from oracles.records import load_record_list
+        from oracles.families.records import load_record_list
 
         RECORDS = load_record_list(Path(__file__).with_name("rows.json"))[1]
 

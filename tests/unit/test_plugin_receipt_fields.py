@@ -18,8 +18,8 @@ from typing import Any, Callable
 import pytest
 
 import oracles.engines
-from oracles.pins import BUILTIN_PINS, oracles_home
-from oracles.receipts import SCHEMA_VERSION
+from oracles.pins.pin import BUILTIN_PINS, oracles_home
+from oracles.receipts.table import SCHEMA_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Read at import, before pytester points $HOME at its temporary folder (where ~/.cache/oracles,
@@ -31,7 +31,7 @@ NONE_ELSE = {"xfailed": 0, "not_run": 0}
 
 FAKE_ENGINE = """
 from oracles.engines.base import Engine
-from oracles.tokenizer import load_tokenizer
+from oracles.pins.tokenizer import load_tokenizer
 
 class Tokenizer:  # the members of oracles.engines.types.Tokenizer, over the pin's dry tokenizer
     chat_template = None

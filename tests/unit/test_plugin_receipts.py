@@ -20,7 +20,7 @@ STEM = re.compile(r"(?P<stamp>\d{8}T\d{6}Z)-(?P<run_id>[0-9a-f]{8})")
 def test_existing_receipt_name_is_never_overwritten(pytester: pytest.Pytester, receipt_files: Callable[..., Any]) -> None:
     """The receipt's final name is taken before the session ends: the plugin refuses to write over it."""
     pytester.makeconftest("""
-        from oracles.state import STATE_KEY as STATE
+        from oracles.plugin.state import STATE_KEY as STATE
 
         def pytest_sessionstart(session):
             state = session.config.stash[STATE]

@@ -1,4 +1,4 @@
-"""oracles.receipt_files: json's C encoder made once writes what ``json.dumps`` writes (the receipt's
+"""oracles.receipts.files: json's C encoder made once writes what ``json.dumps`` writes (the receipt's
 items, the partial log's lines), and both files read back as the records."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from oracles.receipt_files import PartialLog, dump_json, encode_item
-from oracles.receipts import TestRecord, load_records
+from oracles.receipts.files import PartialLog, dump_json, encode_item
+from oracles.receipts.table import TestRecord, load_records
 
 pytestmark = pytest.mark.dry
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from oracles.cli import main
-from oracles.receipts import SCHEMA_VERSION
+from oracles.receipts.table import SCHEMA_VERSION
 
 pytestmark = pytest.mark.dry
 

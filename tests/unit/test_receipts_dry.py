@@ -1,4 +1,4 @@
-"""oracles.receipts without pytester: the checks table, all_ok, nodeid splitting, JSON safety, the
+"""oracles.receipts.table without pytester: the checks table, all_ok, nodeid splitting, JSON safety, the
 ``receipt`` fixture's object, exclusive writes and reading receipts and partial logs back."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from oracles.errors import FixtureError, ReceiptError
-from oracles.receipt_files import write_exclusive
-from oracles.receipts import (
+from oracles.receipts.files import write_exclusive
+from oracles.receipts.table import (
     SCHEMA_VERSION,
     Receipt,
     TestRecord,
@@ -217,7 +217,7 @@ def test_load_receipt_errors_name_path(tmp_path: Path) -> None:
 
 
 def test_dump_json_round_trips_and_refuses_nan() -> None:
-    from oracles.receipt_files import dump_json
+    from oracles.receipts.files import dump_json
 
     receipt = {"run_id": "ab", "tests": [{"nodeid": "t.py::a[x::y]", "data": {"ids": [1, 2], "s": "é\n\"q\""}},
                                          {"nodeid": "t.py::b", "data": {}}],

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from oracles.errors import FixtureError
-from oracles.families.mtplx import PROMPTS, load_prompts
-from oracles.pins import PinStore, load_pin
-from oracles.records import RecordStore, TokensMissing, canonical_json, canonical_sha256, load_record_list, require
+from oracles.families.execution.prompts import PROMPTS, load_prompts
+from oracles.families.records import RecordStore, TokensMissing, canonical_json, canonical_sha256, load_record_list, require
+from oracles.pins.pin import PinStore, load_pin
 
 pytestmark = pytest.mark.dry
 
@@ -91,7 +91,7 @@ def test_prompt_record_errors_name_path_record_field(tmp_path: Path, over: dict[
 
 
 def test_dry_tokenizer_of_a_pin_without_a_copy_names_the_file(tmp_path: Path) -> None:
-    from oracles.tokenizer import LightTokenizer
+    from oracles.pins.tokenizer import LightTokenizer
 
     with pytest.raises(FixtureError, match=r"nopin/tokenizer.json: missing; the dry tokenizer of pin 'nopin'"):
         LightTokenizer(tmp_path / "nopin")
@@ -102,8 +102,8 @@ def test_loaded_tokenizer_is_shared_until_a_file_changes(tmp_path: Path) -> None
     (the cache must not serve a stale template to ``oracles records``)."""
     import shutil
 
-    from oracles.records import TOKENIZER_COPIES
-    from oracles.tokenizer import load_tokenizer
+    from oracles.families.records import TOKENIZER_COPIES
+    from oracles.pins.tokenizer import load_tokenizer
 
     source = sorted(p for p in TOKENIZER_COPIES.iterdir() if p.is_dir())[0]
     root = tmp_path / "tok"

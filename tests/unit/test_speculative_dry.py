@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from oracles.engines.base import Engine, Prompt, Step
-from oracles.families.decode import greedy_decode, recompute_steps
-from oracles.families.speculative import speculate
+from oracles.families.execution.decode import greedy_decode, recompute_steps
+from oracles.families.execution.speculative import speculate
 
 pytestmark = [pytest.mark.dry]
 

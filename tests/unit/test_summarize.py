@@ -12,8 +12,8 @@ import pytest
 
 from oracles.cli import main
 from oracles.commands.summarize import RED_LEGEND, percentile, summarize, table
-from oracles.receipts import SCHEMA_VERSION, Receipt
-from oracles.units import attach_unit
+from oracles.receipts.table import SCHEMA_VERSION, Receipt
+from oracles.receipts.units import attach_unit
 
 PIN = "smollm2-135m-instruct"
 R = Path("r.json")

@@ -15,8 +15,8 @@ import pytest
 
 from oracles.cli import main as cli_main
 from oracles.families import BY_NAME, DEFAULT_PIN, family_of
-from oracles.port_scope import PortScope
-from oracles.settings import Settings
+from oracles.plugin.port_scope import PortScope
+from oracles.plugin.settings import Settings
 
 pytestmark = pytest.mark.dry
 

@@ -35,7 +35,7 @@ def phi(tmp_path_factory: pytest.TempPathFactory) -> Any:
     import torch
     from transformers import PhiConfig, PhiForCausalLM
 
-    from oracles.engines.torch_ref import TorchReference
+    from oracles.engines.torch.reference import TorchReference
 
     torch.manual_seed(0)
     cfg = PhiConfig(vocab_size=49152, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -66,7 +66,7 @@ def test_opt_is_refused_in_one_line(tmp_path: Path) -> None:
     import torch
     from transformers import OPTConfig, OPTForCausalLM
 
-    from oracles.engines.torch_ref import TorchReference
+    from oracles.engines.torch.reference import TorchReference
 
     torch.manual_seed(0)
     cfg = OPTConfig(vocab_size=49152, hidden_size=64, ffn_dim=128, num_hidden_layers=2, word_embed_proj_dim=64,

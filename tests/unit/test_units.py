@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from units_fake import KEYS, PIN, V, logits, probs, slot
 
-from oracles.receipt_files import pack_arrays
-from oracles.receipts import SCHEMA_VERSION, Receipt
-from oracles.units import KINDS, attach_unit
-from oracles.units_reader import unit_array, units_of
+from oracles.receipts.files import pack_arrays
+from oracles.receipts.table import SCHEMA_VERSION, Receipt
+from oracles.receipts.units import KINDS, attach_unit
+from oracles.receipts.units_reader import unit_array, units_of
 
 pytestmark = [pytest.mark.dry]
 

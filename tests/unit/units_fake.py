@@ -8,9 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from oracles.receipt_files import pack_arrays
-from oracles.receipts import SCHEMA_VERSION, Receipt
-from oracles.units import attach_unit
+from oracles.receipts.files import pack_arrays
+from oracles.receipts.table import SCHEMA_VERSION, Receipt
+from oracles.receipts.units import attach_unit
 
 V = 64
 PIN = "smollm2-135m-instruct"

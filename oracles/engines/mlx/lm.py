@@ -1,0 +1,450 @@
+"""The MLX port: mlx-lm's own model code, float32, on MLX's default device (the CPU here).
+
+Loads the same verified snapshot folder the reference loads (``mlx_lm.utils.load``), numpy at the
+boundary. The KV cache is mlx-lm's list of per-layer ``KVCache`` objects; a snapshot is a numpy copy
+of each layer's keys and values up to its offset (``KVCache.update_and_fetch`` writes into its buffers
+in place, so holding the mx arrays themselves would not be a snapshot).
+
+Config translation, recorded in :meth:`MlxPort.describe`: transformers 5 writes the RoPE base as
+``rope_parameters: {"rope_theta": ...}``, and mlx-lm 0.32's Llama ``ModelArgs`` reads only the
+top-level ``rope_theta`` and otherwise defaults to 10,000. Loaded as is, SmolLM2 (base 100,000) runs
+with the wrong rotary frequencies (measured on "ping": max |Δlogit| 9.96, argmax agreement 84%), so
+the adapter passes ``rope_theta`` (and a non-default ``rope_scaling``) through mlx-lm's own
+``model_config`` override.
+
+mlx and mlx-lm are imported when the engine is built (``mx`` is a lazy module), so the registry can
+import this file and ask :meth:`MlxPort.unavailable_reason` on a machine without them.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.metadata
+import importlib.util
+import json
+import platform
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from oracles.engines.base import Engine, Generation, Prompt, Sampler, Step, check_forward_length, hub_offline, pinned_config
+from oracles.engines.mlx import hybrid as mlx_hybrid
+from oracles.engines.mlx.cohort import MlxCohort, flat_parameters
+
+
+class _LazyModule:
+    """A module imported at its first attribute access, so the registry can import this file (and ask
+    :meth:`MlxPort.unavailable_reason`) on a machine without mlx."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(importlib.import_module(self._name), attr)
+
+
+mx: Any = _LazyModule("mlx.core")
+
+
+def rope_overrides(config: dict[str, Any]) -> dict[str, Any]:
+    """mlx-lm ``model_config`` entries that carry a transformers-5 ``rope_parameters`` block over.
+
+    Returns ``{}`` when the config already has a top-level ``rope_theta`` or no ``rope_parameters``.
+    """
+    params = config.get("rope_parameters")
+    if "rope_theta" in config or not isinstance(params, dict) or "rope_theta" not in params:
+        return {}
+    out: dict[str, Any] = {"rope_theta": float(params["rope_theta"])}
+    if params.get("rope_type", "default") != "default":
+        out["rope_scaling"] = dict(params)
+    return out
+
+
+def missing_model_module(config: dict[str, Any], package: Path | None = None) -> str | None:
+    """Why mlx-lm (installed at ``package``, default the one importable here) has no model module for
+    this config.json, else None; None too when that cannot be told without importing mlx.
+
+    Follows mlx-lm's ``utils._get_classes``: ``MODEL_ARCHITECTURE_REMAPPING`` by (model_type,
+    architecture), else ``MODEL_REMAPPING``, then ``mlx_lm.models.<type>``. The tables are read from
+    ``utils.py``'s source (importing it imports mlx), and the module is looked for as a file.
+    """
+    if package is None:
+        spec = importlib.util.find_spec("mlx_lm")
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        package = Path(list(spec.submodule_search_locations)[0])
+    model_type = config.get("model_type")
+    if not isinstance(model_type, str) or not model_type:
+        return "its config.json has no model_type"
+    remap, arch_remap = _remappings(package / "utils.py")
+    archs = config.get("architectures") or ()
+    archs = (archs,) if isinstance(archs, str) else archs
+    resolved = next((arch_remap[(model_type, a)] for a in archs if (model_type, a) in arch_remap),
+                    remap.get(model_type, model_type))
+    models = package / "models"
+    if (models / f"{resolved}.py").is_file() or (models / resolved / "__init__.py").is_file():
+        return None
+    via = f" (mapped to {resolved!r})" if resolved != model_type else ""
+    return (f"model_type {model_type!r}{via} has no model module in mlx-lm {_version('mlx-lm')} "
+            f"(no {models.name}/{resolved}.py)")
+
+
+@functools.lru_cache(maxsize=4)
+def _remappings(utils: Path) -> tuple[dict[str, str], dict[tuple[str, str], str]]:
+    """mlx-lm's ``MODEL_REMAPPING`` and ``MODEL_ARCHITECTURE_REMAPPING`` literals, empty where unreadable."""
+    import ast
+
+    found: dict[str, Any] = {}
+    try:
+        tree = ast.parse(utils.read_text())
+    except (OSError, SyntaxError, ValueError):
+        return {}, {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            name = node.targets[0].id
+            if name in ("MODEL_REMAPPING", "MODEL_ARCHITECTURE_REMAPPING"):
+                try:
+                    found[name] = ast.literal_eval(node.value)
+                except ValueError:
+                    pass
+    remap, arch = found.get("MODEL_REMAPPING", {}), found.get("MODEL_ARCHITECTURE_REMAPPING", {})
+    return (remap if isinstance(remap, dict) else {}), (arch if isinstance(arch, dict) else {})
+
+
+def _version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "?"
+
+
+class _LayerTap:
+    """Stands in for one decoder layer during a ``layers=True`` forward: calls it and keeps its
+    output (the residual stream after the layer); every other attribute is the layer's own."""
+
+    def __init__(self, layer: Any, rows: list[Any]) -> None:
+        self._layer, self._rows = layer, rows
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        out = self._layer(*args, **kwargs)
+        self._rows.append(out)
+        return out
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self._layer, attr)
+
+
+class MlxPort(MlxCohort):
+    """mlx-lm model and tokenizer from a verified snapshot, float32, MLX default device.
+
+    Args:
+        root: the snapshot folder (config, safetensors weights, tokenizer, chat template).
+        pin: the pin name.
+        threads: unused (MLX's CPU backend picks its own threads); recorded by :meth:`describe`.
+
+    Raises:
+        TypeError: a loaded parameter is not float32 (the port must compute in float32).
+    """
+
+    id = "mlx"
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        if importlib.util.find_spec("mlx") is None or importlib.util.find_spec("mlx_lm") is None:
+            extra = "mlx[cpu]" if platform.system() == "Linux" else "mlx"
+            return f"mlx-lm is not installed (pip install 'pytest-oracles[mlx]', which brings {extra})"
+        return None
+
+    @classmethod
+    def unsupported_pin(cls, pin: Any) -> str | None:
+        """A vision pin, or one whose config.json names a ``model_type`` mlx-lm has no model module for
+        (:func:`missing_model_module`): found at collection, so the pair is left out instead of every
+        test loading the weights to learn it."""
+        if pin.modality != "text":
+            return f"mlx-lm loads text models; pin {pin.name} is {pin.model_class} (its port is mlx-vlm)"
+        config = pinned_config(pin)
+        if config is None:
+            return None
+        if why := mlx_hybrid.unsupported_reason(config):
+            return f"mlx-lm cannot load pin {pin.name} ({pin.model_class}): {why}"
+        # the model type mlx-lm is given after the translation this port makes (a text-only Qwen3.5 is
+        # loaded as mlx-lm's qwen3_5), not the one in config.json
+        if (missing := missing_model_module({**config, **(mlx_hybrid.overrides(config) or {})})) is not None:
+            return f"mlx-lm cannot load pin {pin.name} ({pin.model_class}): {missing}"
+        return None
+
+    def __init__(self, root: Path, pin: str, threads: int = 0) -> None:
+        super().__init__(root, pin, threads)
+        hub_offline()
+        import mlx_lm
+        from mlx_lm.utils import load
+
+        config = json.loads((self.root / "config.json").read_text())
+        self.overrides = self.config_overrides(config)
+        # load returns (model, tokenizer), and the config third only when asked (return_config=True)
+        loaded = load(str(self.root), model_config=self.overrides or None)
+        self.model, self.tokenizer = loaded[0], loaded[1]
+        dtypes = {str(v.dtype) for _, v in flat_parameters(self.model)}
+        if dtypes != {"mlx.core.float32"}:
+            raise TypeError(f"mlx port of {pin}: parameters are {sorted(dtypes)}, not float32 only")
+        args = self.model.args
+        text = getattr(args, "text_config", None)
+        text = text if isinstance(text, dict) else vars(args)
+        self.vocab_size = int(text["vocab_size"])
+        self.hidden_size = int(text["hidden_size"])
+        self.num_layers = len(self.model.model.layers)
+        self.max_context = int(text.get("max_position_embeddings", 0) or 0)
+        self.eos_token_ids = frozenset(int(i) for i in self.tokenizer.eos_token_ids)
+        self.tied = bool(text.get("tie_word_embeddings", False))
+        self.mlx_lm_version = mlx_lm.__version__
+
+    def config_overrides(self, config: dict[str, Any]) -> dict[str, Any]:
+        """The ``model_config`` entries mlx-lm needs to read ``config`` as transformers does (recorded
+        in :meth:`describe`): a text-only Qwen3.5 as mlx-lm's ``qwen3_5`` with its layer placement
+        (:func:`oracles.engines.mlx.hybrid.overrides`), else the RoPE base of ``rope_parameters``
+        (:func:`rope_overrides`).
+
+        Raises:
+            Unsupported: a placement of full attention mlx-lm cannot express (its tests skip, naming it).
+        """
+        if why := mlx_hybrid.unsupported_reason(config):
+            raise self._unsupported("load this snapshot", why)
+        hybrid = mlx_hybrid.overrides(config)
+        return rope_overrides(config) if hybrid is None else hybrid
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "model_class": f"mlx_lm.models.{self.model.model_type}.Model",
+                "dtype": "float32", "device": str(mx.default_device()), "mlx": str(mx.__version__),
+                "mlx_lm": str(self.mlx_lm_version), "threads": self.threads or None,
+                "config_overrides": self.overrides}
+
+    # -- forward and cache --------------------------------------------------------------------
+    def make_cache(self, max_kv_size: int | None = None) -> list[Any]:
+        """mlx-lm's prompt cache (``KVCache`` per attention layer, ``ArraysCache`` per recurrent one);
+        with ``max_kv_size``, a ``RotatingKVCache(max_kv_size, keep=4)`` per layer, built here because
+        ``make_prompt_cache`` ignores ``max_kv_size`` for a model with its own ``make_cache`` (Llama too).
+
+        Raises:
+            Unsupported: ``max_kv_size`` for a model whose cache has layers other than ``KVCache``
+                (recurrent state, an own sliding window), which a rotating window cannot stand in for.
+        """
+        from mlx_lm.models.cache import KVCache, RotatingKVCache, make_prompt_cache
+
+        cache = make_prompt_cache(self.model)
+        if max_kv_size is None:
+            return cache
+        odd = sorted({type(c).__name__ for c in cache if type(c) is not KVCache})
+        if odd:
+            raise self._unsupported("bound its KV cache (max_kv_size)", f"its {odd} cache layers cannot be "
+                                    "replaced by a rotating window")
+        return [RotatingKVCache(max_size=max_kv_size, keep=4) for _ in cache]
+
+    def cache_length(self, cache: Any) -> int:
+        return next((int(c.offset) for c in cache or [] if hasattr(c, "offset")), 0)
+
+    def forward(self, prompt: Prompt | Sequence[int], cache: Any | None = None, keep: int = 0,
+                layers: bool = False) -> Step:
+        """Same contract as the reference: the hidden states are the final norm's output (what the
+        model's own ``__call__`` feeds its head), the logits that head's output. ``layers=True`` wraps
+        each entry of the model's layer list for the call (:class:`_LayerTap`) and takes row 0 from
+        the embedding table."""
+        ids = self.text_ids(prompt)
+        check_forward_length(self, self.cache_length(cache), len(ids))
+        x = mx.array([ids], dtype=mx.int32)
+        inner = self.model.model
+        rows: list[Any] = []
+        if layers:
+            rows.append(inner.embed_tokens(x))
+            inner.layers[:] = [_LayerTap(layer, rows) for layer in inner.layers]
+        try:
+            hidden = inner(x, cache)[0]
+        finally:
+            if layers:
+                inner.layers[:] = [tap._layer for tap in inner.layers]
+        if keep:
+            hidden = hidden[-keep:]
+        logits = self._head(hidden)
+        mx.eval(hidden, logits, *rows)
+        stream = None
+        if layers:
+            stream = np.stack([np.array(r[0], dtype=np.float32) for r in rows])
+            stream = stream[:, -keep:] if keep else stream
+        return Step(logits=np.array(logits, dtype=np.float32), hidden=np.array(hidden, dtype=np.float32), layers=stream)
+
+    def taps(self, prompt: Prompt | Sequence[int]) -> Any:
+        """Layer taps by recorders standing in for each layer's attention and MLP (:func:`oracles.engines.taps.mlx_taps`)."""
+        from oracles.engines.mlx.taps import mlx_taps
+
+        return mlx_taps(self, self.text_ids(prompt))
+
+    def _head(self, hidden: Any) -> Any:
+        if self.tied:
+            return self.model.model.embed_tokens.as_linear(hidden)
+        holder = getattr(self.model, "language_model", self.model)
+        return holder.lm_head(hidden)
+
+    def lm_head(self, hidden: np.ndarray) -> np.ndarray:
+        out = self._head(mx.array(np.ascontiguousarray(hidden, dtype=np.float32)))
+        mx.eval(out)
+        return np.array(out, dtype=np.float32)
+
+    def final_norm(self, residual: np.ndarray) -> np.ndarray:
+        out = self.model.model.norm(mx.array(np.ascontiguousarray(residual, dtype=np.float32)))
+        mx.eval(out)
+        return np.array(out, dtype=np.float32)
+
+    def is_trimmable(self, cache: Any) -> bool:
+        """mlx-lm's own answer (``can_trim_prompt_cache``): every layer's ``is_trimmable()``; False for
+        recurrent layers and for a ``RotatingKVCache`` that has wrapped."""
+        from mlx_lm.models.cache import can_trim_prompt_cache
+
+        return bool(can_trim_prompt_cache(cache))
+
+    def trim(self, cache: Any, n: int) -> bool:
+        """Drop the last ``n`` cached positions in place; False (nothing dropped) when a layer cannot."""
+        from mlx_lm.models.cache import trim_prompt_cache
+
+        if n == 0:
+            return True
+        if not self.is_trimmable(cache):
+            return False
+        return bool(trim_prompt_cache(cache, n) == n)
+
+    def snapshot(self, cache: Any) -> list[dict[str, Any]]:
+        """Per layer ``{"class", "offset", "arrays": {name: float32 numpy copy}}``: a ``KVCache``'s
+        keys and values ``[1, H_kv, L, d]`` up to its offset; an ``ArraysCache``'s state arrays
+        (conv state, recurrent state). Numpy copies, because ``update_and_fetch`` writes into the
+        mx buffers in place.
+
+        Raises:
+            Unsupported: a layer of another cache class (a ``RotatingKVCache``).
+        """
+        out = []
+        for c in cache:
+            name = type(c).__name__
+            if name == "KVCache":
+                arrays = {} if c.keys is None else {"keys": c.keys[..., : c.offset, :], "values": c.values[..., : c.offset, :]}
+            elif name == "ArraysCache":
+                arrays = {_state_name(k, len(c.cache)): a for k, a in enumerate(c.cache) if a is not None}
+            else:
+                raise self._unsupported("snapshot this cache", f"{name} layers (only KVCache and ArraysCache)")
+            mx.eval(*arrays.values())
+            out.append({"class": name, "offset": int(getattr(c, "offset", 0)), "size": len(getattr(c, "cache", ())),
+                        "arrays": {k: np.array(a, dtype=np.float32) for k, a in arrays.items()}})
+        return out
+
+    def restore(self, snapshot: Any) -> list[Any]:
+        from mlx_lm.models.cache import ArraysCache, KVCache
+
+        cache: list[Any] = []
+        for entry in snapshot:
+            arrays = entry["arrays"]
+            if entry["class"] == "KVCache":
+                kv = KVCache()
+                if arrays:
+                    kv.keys, kv.values, kv.offset = mx.array(arrays["keys"]), mx.array(arrays["values"]), entry["offset"]
+                cache.append(kv)
+            else:
+                state = ArraysCache(entry["size"])
+                for k in range(entry["size"]):
+                    a = arrays.get(_state_name(k, entry["size"]))
+                    state[k] = None if a is None else mx.array(a)
+                cache.append(state)
+        return cache
+
+    def snapshot_buffers(self, snapshot: Any) -> dict[str, np.ndarray]:
+        return {f"layers.{i}.{name}": a for i, entry in enumerate(snapshot) for name, a in entry["arrays"].items()}
+
+    # -- generation ---------------------------------------------------------------------------
+    def _sampler(self, sampler: Sampler) -> Any:
+        from mlx_lm.sample_utils import make_sampler
+
+        mx.random.seed(sampler.seed)
+        if sampler.greedy:
+            return make_sampler(temp=0.0)
+        return make_sampler(temp=sampler.temperature, top_p=sampler.top_p, top_k=sampler.top_k)
+
+    def generate(self, prompt: Prompt | Sequence[int], sampler: Sampler, max_new_tokens: int,
+                 max_kv_size: int | None = None) -> Generation:
+        """mlx-lm's own ``generate_step`` (greedy, or sampled after ``mx.random.seed(seed)``).
+
+        The raw logits of each step are read by a logits processor (it sees them before the sampler
+        applies temperature); the loop stops at the first stop token, which is kept.
+        """
+        from mlx_lm.generate import generate_step
+
+        raw: list[Any] = []
+
+        def capture(_tokens: Any, logits: Any) -> Any:
+            raw.append(logits)
+            return logits
+
+        steps = generate_step(mx.array(self.text_ids(prompt), dtype=mx.int32), self.model, max_tokens=max_new_tokens,
+                              sampler=self._sampler(sampler), logits_processors=[capture],
+                              prompt_cache=None if max_kv_size is None else self.make_cache(max_kv_size))
+        return self._collect(steps, raw, extra={"max_kv_size": max_kv_size})
+
+    def speculative(self, prompt: Prompt | Sequence[int], draft: Engine, num_draft: int, max_new_tokens: int,
+                    max_kv_size: int | None = None) -> Generation:
+        """mlx-lm's own ``speculative_generate_step``, greedy, ``num_draft`` drafts a cycle.
+
+        ``max_kv_size`` builds both models' caches as ``RotatingKVCache(max_kv_size, keep=4)`` (mlx-lm's
+        ``stream_generate`` drops that option for speculative decoding; passing the caches reaches the
+        same code). ``extra["from_draft"]`` holds, per token, whether it was an accepted draft.
+        """
+        from mlx_lm.generate import speculative_generate_step
+
+        if not isinstance(draft, MlxPort):
+            raise self._unsupported("draft with another framework's model", f"draft engine {draft.id!r}")
+        cache: list[Any] | None = None
+        flags: list[bool] = []
+        if max_kv_size is not None:
+            cache = self.make_cache(max_kv_size) + draft.make_cache(max_kv_size)
+        steps = speculative_generate_step(mx.array(self.text_ids(prompt), dtype=mx.int32), self.model, draft.model,
+                                          num_draft_tokens=num_draft, max_tokens=max_new_tokens,
+                                          sampler=self._sampler(Sampler()), prompt_cache=cache)
+        return self._collect(((t, lp) for t, lp, _d in _note_drafts(steps, flags)), [],
+                             extra={"from_draft": flags, "num_draft": num_draft, "max_kv_size": max_kv_size})
+
+    def speculative_refusal(self) -> str | None:
+        return mlx_hybrid.speculative_refusal(self.model)
+
+    def known_gap(self, oracle: str, any_pin: bool = False) -> str | None:
+        pins, note = mlx_hybrid.KNOWN_GAPS.get(oracle, (frozenset(), None))
+        return note if any_pin or self.pin in pins else None
+
+    def _collect(self, steps: Any, raw: list[Any], extra: dict[str, Any]) -> Generation:
+        tokens: list[int] = []
+        start = time.perf_counter()
+        first = None
+        finish = "length"
+        for token, _logprobs in steps:
+            if first is None:
+                first = time.perf_counter()
+            tokens.append(int(token))
+            if tokens[-1] in self.eos_token_ids:
+                finish = "stop"
+                break
+        end = time.perf_counter()
+        if "from_draft" in extra:
+            extra["from_draft"] = extra["from_draft"][: len(tokens)]
+        rows = [np.array(r.astype(mx.float32)).reshape(-1, self.vocab_size) for r in raw]
+        logits = np.concatenate(rows)[: len(tokens)] if rows else np.zeros((0, self.vocab_size), "<f4")
+        first = first or end
+        return Generation(tokens=tokens, text=self.decode(tokens), finish_reason=finish, step_logits=logits,
+                          prefill_seconds=first - start, decode_seconds=end - first, extra=extra)
+
+
+def _note_drafts(steps: Any, flags: list[bool]) -> Any:
+    for token, logprobs, from_draft in steps:
+        flags.append(bool(from_draft))
+        yield token, logprobs, from_draft
+
+
+def _state_name(k: int, size: int) -> str:
+    """The name of state ``k`` of an ``ArraysCache`` of ``size`` states (mlx-lm's recurrent layers
+    hold ``[conv state, recurrent state]``)."""
+    return ("conv_state", "recurrent_state")[k] if size == 2 else f"state.{k}"

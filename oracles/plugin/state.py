@@ -1,0 +1,346 @@
+"""The session state the plugin keeps on ``config.stash``, and the turning of reports into records.
+
+The controller (the only process in a serial run, the xdist controller with ``-n N``) owns a
+:class:`RunState`: it turns test reports into :class:`~oracles.receipts.table.TestRecord` s, appends each
+to the partial log, and at the end builds the receipt. Workers own a RunState too, but use it only
+to queue session events (pin verified, engine loaded) that ride to the controller on test reports.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from oracles.errors import OracleError
+from oracles.receipts.files import PartialLog, dump_json, pack_arrays, write_exclusive
+from oracles.receipts.table import SCHEMA_VERSION, TestRecord, all_ok, checks_table, plain_nodeid, split_nodeid
+
+if TYPE_CHECKING:
+    from oracles.plugin.settings import Settings
+    from oracles.receipts.environment import EnvironmentProbe
+    from oracles.receipts.resume import ArraySource
+
+#: The user_properties keys this plugin uses on reports.
+DATA_KEY = "oracles.data"
+EVENTS_KEY = "oracles.events"
+FAMILY_KEY = "oracles.family"  # the family of a test, from its marker names (oracles.plugin.collect.markers_of)
+TIMEOUT_MARK = "Timeout (>"  # pytest-timeout's failure text: "Failed: Timeout (>Ns) from pytest-timeout."
+
+def utc_now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def worker_id(config: Any = None) -> str:
+    """xdist's worker id ("gw0", ...) of the process ``config`` belongs to, else "main".
+
+    Read from ``config.workerinput``, not from $PYTEST_XDIST_WORKER: that variable is inherited by any
+    pytest a worker's test starts (pytester, subprocesses), which is not itself a worker.
+    """
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        return str(workerinput.get("workerid", "gw?"))
+    return "main" if config is not None else os.environ.get("PYTEST_XDIST_WORKER", "main")
+
+
+@dataclass
+class RunState:
+    """Everything one session knows about its receipt; kept on ``config.stash``."""
+
+    run_id: str
+    started_wall: float
+    started: str
+    receipts_dir: Path | None  # None: --no-receipt
+    tag: str
+    deadline: float | None
+    controller: bool
+    resume: dict[str, TestRecord] = field(default_factory=dict)
+    resume_path: str | None = None
+    resume_unchecked: str | None = None  # what the --resume source could not be checked for (oracles.receipts.resume)
+    resume_arrays: ArraySource | None = None  # where the carried records' arrays are (copied at write)
+    resume_not_carried: list[dict[str, str]] = field(default_factory=list)  # passes run again: no arrays found
+    families: dict[str, str] = field(default_factory=dict)  # nodeid -> family, at collection; absent: "unit"
+    pending_events: list[dict[str, Any]] = field(default_factory=list)  # worker side, drained per report
+    events: list[dict[str, Any]] = field(default_factory=list)  # controller side, every event seen
+    records: dict[str, TestRecord] = field(default_factory=dict)
+    open_reports: dict[str, list[Any]] = field(default_factory=dict)
+    collected: list[str] = field(default_factory=list)
+    collection_errors: list[dict[str, Any]] = field(default_factory=list)  # {"nodeid", "summary"}
+    partial: PartialLog | None = None
+    environment_probe: EnvironmentProbe | None = None
+    receipt_path: Path | None = None
+    receipt: dict[str, Any] | None = None
+    write_error: str | None = None
+    not_run_count: int = 0  # set at session end, before the receipt turns them into not_run records
+
+    @classmethod
+    def new(cls, receipts_dir: Path | None, tag: str, deadline: float | None, controller: bool,
+            run_id: str | None = None, started_wall: float | None = None) -> "RunState":
+        started_wall = time.time() if started_wall is None else started_wall
+        return cls(run_id=run_id or secrets.token_hex(4), started_wall=started_wall,
+                   started=datetime.fromtimestamp(started_wall, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+                   receipts_dir=receipts_dir, tag=tag, deadline=deadline, controller=controller)
+
+    # -- paths -------------------------------------------------------------------------------
+    # Computed once: the receipt fixture asks for the staging folder in every test.
+    @cached_property
+    def stem(self) -> str:
+        stamp = datetime.fromtimestamp(self.started_wall, UTC).strftime("%Y%m%dT%H%M%SZ")
+        return f"{stamp}-{self.run_id}"
+
+    @cached_property
+    def folder(self) -> Path | None:
+        return None if self.receipts_dir is None else self.receipts_dir / self.tag
+
+    @cached_property
+    def staging(self) -> Path | None:
+        return None if self.folder is None else self.folder / f".{self.stem}.arrays"
+
+    def open_partial(self, header: dict[str, Any] | None = None) -> None:
+        """Create the receipt folder and the partial log (exclusively), its ``start`` line carrying
+        ``header`` (the setting a later ``--resume`` from it is checked against). Raises ReceiptError."""
+        assert self.folder is not None
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            from oracles.errors import ReceiptError
+
+            raise ReceiptError(f"{self.folder}: receipts folder cannot be created: {exc.strerror or exc}") from exc
+        self.partial = PartialLog(self.folder / f"{self.stem}.partial.jsonl")
+        self.partial.write({"event": "start", "run_id": self.run_id, "started": self.started, **(header or {})})
+
+    # -- deadline ----------------------------------------------------------------------------
+    def past_deadline(self) -> bool:
+        return self.deadline is not None and time.time() - self.started_wall > self.deadline
+
+    def not_run(self) -> list[str]:
+        """Collected tests with no record yet (at session end: never started)."""
+        return [n for n in self.collected if n not in self.records]
+
+    def not_run_reason(self) -> str:
+        return "deadline passed" if self.past_deadline() else "session ended before it ran"
+
+    # -- reports -> records ------------------------------------------------------------------
+    def on_report(self, report: Any) -> TestRecord | None:
+        """Take one phase report; return the finished record after its last phase, else None."""
+        for name, value in getattr(report, "user_properties", ()):
+            if name == EVENTS_KEY:
+                self.events.extend(value)
+        nodeid = plain_nodeid(report.nodeid)
+        self.open_reports.setdefault(nodeid, []).append(report)
+        if report.when not in ("teardown", "???"):
+            return None
+        record = self._record(nodeid, self.open_reports.pop(nodeid))
+        self.records[record.nodeid] = record
+        if self.partial is not None:
+            # in the OS before the next test starts (one write(2)); no fsync per line. Nothing of it is
+            # kept: the receipt encodes the records again at the end, in one warm loop, cheaper than what
+            # a thousand retained lines cost the tests in between (measured: ~9 ms per 1,000 tests).
+            self.partial.write({"event": "test", **record.to_json()})
+        return record
+
+    def on_collect_error(self, report: Any) -> None:
+        """Keep a failed collection (a module or record file that would not load) for the receipt."""
+        self.collection_errors.append({"nodeid": plain_nodeid(report.nodeid), "summary": _summary(report)})
+
+    def _record(self, nodeid: str, reports: list[Any]) -> TestRecord:
+        check, record_id = split_nodeid(nodeid)
+        family = self.families.get(nodeid, "unit")
+        data: dict[str, Any] = {}
+        for rep in reports:
+            for name, value in getattr(rep, "user_properties", ()):
+                if name == DATA_KEY:
+                    data = value
+                elif name == FAMILY_KEY:
+                    family = value
+        outcome, summary = "passed", None
+        for rep in reports:
+            if rep.when == "???":
+                outcome, summary = "crashed", _summary(rep) or "worker crashed while running this test"
+                break
+            wasxfail = hasattr(rep, "wasxfail")
+            if rep.failed:
+                text = _summary(rep)
+                if rep.when == "call":
+                    outcome = "timeout" if text and TIMEOUT_MARK in text else "failed"
+                elif outcome == "passed" or rep.when == "setup":
+                    outcome = "error"
+                summary = summary or text
+            elif rep.skipped and rep.when in ("setup", "call"):
+                outcome = "xfailed" if wasxfail else "skipped"
+                summary = rep.wasxfail if wasxfail else _summary(rep)
+            elif rep.when == "call" and wasxfail:
+                outcome = "xpassed"
+        record = TestRecord(nodeid=nodeid, family=family, check=check, record_id=record_id, outcome=outcome,
+                            duration=round(sum(getattr(r, "duration", 0.0) or 0.0 for r in reports), 6),
+                            summary=summary, data=data, worker=_worker_of(reports[-1]))
+        previous = self.resume.get(nodeid)
+        if outcome == "skipped" and previous is not None and previous.outcome == "passed":
+            record = TestRecord(**{**previous.to_json(), "resumed_from": self.resume_path})
+        return record
+
+    # -- the receipt -------------------------------------------------------------------------
+    def build(self, invocation: dict[str, Any], env: dict[str, Any], exitstatus: int) -> dict[str, Any]:
+        not_run = self.not_run()
+        reason = self.not_run_reason()
+        for nodeid in not_run:
+            check, record_id = split_nodeid(nodeid)
+            self.records[nodeid] = TestRecord(nodeid=nodeid, family=self.families.get(nodeid, "unit"), check=check,
+                                              record_id=record_id,
+                                              outcome="not_run", duration=0.0, summary=reason)
+        records = sorted(self.records.values(), key=lambda r: r.nodeid)
+        table = checks_table(records)
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "run_id": self.run_id,
+            "started": self.started,
+            "finished": utc_now(),
+            "seconds": round(time.time() - self.started_wall, 3),
+            "exitstatus": int(exitstatus),
+            "invocation": invocation,
+            "environment": env,
+            "pins": _pins(self.events),
+            "engines": _engines(self.events),
+            "resumed_from": self.resume_path,
+            "resume_unchecked": self.resume_unchecked,
+            "resume_not_carried": self.resume_not_carried,
+            "collection_errors": self.collection_errors,
+            "not_run": [{"nodeid": n, "reason": reason} for n in not_run],
+            "tests": [r.to_json() for r in records],
+            "checks": table,
+            # A cut run (deadline, Ctrl-C) is not "all ok" even when every test it ran passed.
+            "all_ok": all_ok(table) and not not_run,
+        }
+
+    def write(self, receipt: dict[str, Any]) -> Path:
+        """Pack arrays, then write the receipt exclusively. Raises ReceiptError."""
+        assert self.folder is not None and self.staging is not None
+        self._carry_arrays()
+        npz = self.folder / f"{self.stem}.npz"
+        if pack_arrays(self.staging, npz):
+            receipt["arrays"] = npz.name
+        path = self.folder / f"{self.stem}.json"
+        try:
+            write_exclusive(path, dump_json(receipt))
+        except OracleError:
+            if "arrays" in receipt:  # ours (pack_arrays creates it exclusively): no sidecar without its receipt
+                npz.unlink(missing_ok=True)
+            raise
+        self.receipt_path, self.receipt = path, receipt
+        return path
+
+
+    def _carry_arrays(self) -> None:
+        """Copy the arrays the carried records name from the --resume source into this run's staging,
+        so the new sidecar holds every key its receipt names. Raises ReceiptError."""
+        if self.resume_arrays is None:
+            return
+        from oracles.receipts.resume import npz_keys
+
+        keys: set[str] = set()
+        for rec in self.records.values():
+            if rec.resumed_from is not None:
+                keys |= npz_keys(rec.data)
+        if not keys:
+            return
+        import zipfile
+
+        assert self.staging is not None
+        try:
+            self.resume_arrays.copy_into(keys, self.staging)
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
+            from oracles.errors import ReceiptError
+
+            raise ReceiptError(f"{self.resume_arrays.describe()}: the carried records' arrays cannot be copied "
+                               f"into this run's sidecar: {exc}") from exc
+
+
+def _summary(rep: Any) -> str | None:
+    longrepr = getattr(rep, "longrepr", None)
+    if longrepr is None:
+        return None
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:  # a skip: (file, line, "Skipped: reason")
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    crash = getattr(longrepr, "reprcrash", None)
+    text = crash.message if crash is not None else str(longrepr)
+    return text[:4000]
+
+
+def _worker_of(rep: Any) -> str:
+    node = getattr(rep, "node", None)
+    gateway = getattr(node, "gateway", None)
+    return getattr(gateway, "id", None) or "main"  # no xdist node: the controller ran it itself
+
+
+def _pins(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    seen: dict[tuple[str, str], dict[str, Any]] = {}
+    for e in events:
+        if e.get("event") == "pin_verified":
+            seen.setdefault((e["name"], e["worker"]), {k: v for k, v in e.items() if k != "event"})
+    return list(seen.values())
+
+
+def _engines(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (engine, pin, worker): how often it was loaded and the seconds each load took."""
+    rows: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for e in events:
+        if e.get("event") == "engine_loaded":
+            row = rows.setdefault((e["name"], e["pin"], e["worker"]), {
+                "name": e["name"], "pin": e["pin"], "worker": e["worker"], "load_count": 0, "seconds": [],
+                **{k: v for k, v in e.items() if k not in ("event", "name", "pin", "worker", "seconds")}})
+            row["load_count"] += 1
+            row["seconds"].append(e["seconds"])
+    return list(rows.values())
+
+
+STATE_KEY = pytest.StashKey[RunState]()
+SETTINGS_KEY = pytest.StashKey["Settings"]()
+
+
+def _activated(config: pytest.Config) -> pytest.Stash:
+    """``config.stash`` after the session is active (activated now if it was not: the first use)."""
+    if STATE_KEY not in config.stash:
+        from oracles.plugin import ensure_active
+
+        ensure_active(config)
+    return config.stash
+
+
+def state_of(config: pytest.Config) -> RunState:
+    """The session's :class:`RunState` (made when the session is activated: :mod:`oracles.plugin.activation`)."""
+    return _activated(config)[STATE_KEY]
+
+
+def settings_of(config: pytest.Config) -> "Settings":
+    """The session's :class:`~oracles.plugin.settings.Settings` (resolved when the session is activated)."""
+    return _activated(config)[SETTINGS_KEY]
+
+
+def emit(config: pytest.Config, event: str, **fields: Any) -> None:
+    """Queue a session event (``pin_verified``, ``engine_loaded``) for the receipt.
+
+    The event rides to the controller on the report of the test whose set-up caused it, so it
+    reaches the receipt from xdist workers too. Fields are held to the receipt's JSON rules at
+    once (a str subclass such as ``torch.__version__`` would pass serially and then break xdist's
+    serialiser on a worker).
+
+    Raises:
+        TypeError: a field that strict JSON cannot hold, naming it.
+    """
+    from oracles.receipts.table import check_json_safe
+
+    check_json_safe(fields, f"event {event}")
+    state_of(config).pending_events.append({"event": event, "worker": worker_id(config), "at": time.time(), **fields})
+
+
+def keep(config: pytest.Config, state: RunState, settings: "Settings") -> None:
+    """Put the session's state and settings on ``config.stash`` (the plugin, at configure)."""
+    config.stash[STATE_KEY] = state
+    config.stash[SETTINGS_KEY] = settings
