@@ -102,7 +102,7 @@ def _scan_layout(where: Path) -> tuple[dict[str, str], dict[str, Path]]:
 def _scan_with_hub(repo: str, cache: Path, where: Path) -> tuple[dict[str, str], dict[str, Path]]:
     """The same, through huggingface_hub's ``scan_cache_dir`` (a repository it finds corrupted is refused
     with its message)."""
-    from oracles.engines.base import hub_offline
+    from oracles.engines.types import hub_offline
 
     hub_offline()  # huggingface_hub reads the offline switch once, at import
     from huggingface_hub import CacheNotFound, scan_cache_dir

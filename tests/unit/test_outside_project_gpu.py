@@ -10,7 +10,8 @@ from typing import Any, Callable
 
 import pytest
 
-from oracles.engines.torch.cuda import TorchCuda, probe_device, torch_build_cuda
+from oracles.engines.torch.cuda import TorchCuda
+from oracles.engines.torch.device import probe_device, torch_build_cuda
 
 NO_CUDA = probe_device("cuda")
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from oracles.engines.base import Engine, Generation, Prompt, Sampler, Step, check_forward_length, hub_offline
 from oracles.engines.torch.cohort import TorchCohort
+from oracles.engines.torch.device import to_f4
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -100,7 +101,7 @@ class TorchReference(TorchCohort):
     @classmethod
     def device_unavailable(cls, device: str) -> str | None:
         """Why ``device`` cannot run this engine here (what was probed), or None."""
-        from oracles.engines.torch.cuda import probe_device
+        from oracles.engines.torch.device import probe_device
 
         return probe_device(device)
 
@@ -126,7 +127,7 @@ class TorchReference(TorchCohort):
         import torch
         from transformers import AutoTokenizer
 
-        from oracles.engines.torch.cuda import strict_float32
+        from oracles.engines.torch.device import strict_float32
         from oracles.engines.torch.vision import VisionPath, is_vision_config, model_class
 
         self.device = device or type(self).device
@@ -192,14 +193,14 @@ class TorchReference(TorchCohort):
             hidden = self._captured[-1][0]
             stream = None
             if layers:
-                stream = np.stack([_to_f4(t[0]) for t in self._layer_rows or []])
+                stream = np.stack([to_f4(t[0]) for t in self._layer_rows or []])
                 stream = stream[:, -keep:] if keep else stream
         finally:
             self._captured.clear()
             self._layer_rows = None
         if keep:
             hidden = hidden[-keep:]
-        return Step(logits=_to_f4(out.logits[0]), hidden=_to_f4(hidden), layers=stream)
+        return Step(logits=to_f4(out.logits[0]), hidden=to_f4(hidden), layers=stream)
 
     def taps(self, prompt: Prompt | Sequence[int]) -> Any:
         """Layer taps by forward hooks on each layer's attention and MLP (:func:`oracles.engines.taps.torch_taps`)."""
@@ -214,18 +215,18 @@ class TorchReference(TorchCohort):
         if self._vision is not None:
             return self._vision.plain_logits(prompt)
         try:
-            return _to_f4(self.model(input_ids=self._ids_tensor([self.text_ids(prompt)])).logits[0])
+            return to_f4(self.model(input_ids=self._ids_tensor([self.text_ids(prompt)])).logits[0])
         finally:
             self._captured.clear()
 
     @inference_mode
     def lm_head(self, hidden: np.ndarray) -> np.ndarray:
-        return _to_f4(self.model.get_output_embeddings()(self._from_f4(hidden)))
+        return to_f4(self.model.get_output_embeddings()(self._from_f4(hidden)))
 
     @inference_mode
     def final_norm(self, residual: np.ndarray) -> np.ndarray:
         self._captured.clear()
-        out = _to_f4(self._norm(self._from_f4(residual)))
+        out = to_f4(self._norm(self._from_f4(residual)))
         self._captured.clear()
         return out
 
@@ -283,7 +284,7 @@ class TorchReference(TorchCohort):
         end = time.perf_counter()
         tokens = [int(t) for t in out.sequences[0, len(ids):]]
         finish = "stop" if tokens and tokens[-1] in self.eos_token_ids else "length"
-        logits = (np.stack([_to_f4(s[0]) for s in out.logits]) if out.logits
+        logits = (np.stack([to_f4(s[0]) for s in out.logits]) if out.logits
                   else np.zeros((0, self.vocab_size), "<f4"))
         first = timer.first_token_at or end
         return Generation(tokens=tokens, text=self.decode(tokens), finish_reason=finish, step_logits=logits,
@@ -344,11 +345,6 @@ def _croppable(layer: Any) -> bool:
     """A cache layer's ``is_croppable``: a class attribute on attention layers, a method on linear ones."""
     value = getattr(layer, "is_croppable", True)
     return bool(value() if callable(value) else value)
-
-
-def _to_f4(t: Any) -> np.ndarray:
-    """A torch tensor as a float32 numpy array on the CPU (a copy)."""
-    return t.detach().float().cpu().numpy().astype("<f4", copy=True)
 
 
 class _FirstTokenTimer:

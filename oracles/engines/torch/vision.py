@@ -183,7 +183,7 @@ class VisionPath:
         """
         import torch
 
-        from oracles.engines.torch.reference import _to_f4
+        from oracles.engines.torch.device import to_f4
 
         p = as_prompt(prompt)
         eng = self.engine
@@ -206,9 +206,9 @@ class VisionPath:
             stream = None
             if layers:
                 rows = [self._layer0[-1], *(eng._layer_rows or [])[1:]]
-                stream = np.stack([_to_f4(t[0]) for t in rows])
+                stream = np.stack([to_f4(t[0]) for t in rows])
             positions = self._positions[-1][:, 0].numpy().astype(np.int64)
-            media = self._media(inputs, [_to_f4(t) for t in self._tower])
+            media = self._media(inputs, [to_f4(t) for t in self._tower])
         finally:
             self._active = False
             eng._captured.clear()
@@ -216,7 +216,7 @@ class VisionPath:
         if keep:
             hidden, positions = hidden[-keep:], positions[:, -keep:]
             stream = stream[:, -keep:] if stream is not None else None
-        return VisionStep(logits=_to_f4(out.logits[0]), hidden=_to_f4(hidden), layers=stream, positions=positions,
+        return VisionStep(logits=to_f4(out.logits[0]), hidden=to_f4(hidden), layers=stream, positions=positions,
                           media=tuple(media), down_in_absmax=np.asarray(self._down, dtype=np.float32))
 
     def _media(self, inputs: dict[str, Any], tower: list[np.ndarray]) -> list[MediaRun]:
@@ -238,7 +238,7 @@ class VisionPath:
         """``[T, V]`` float32 logits of a plain ``model(**inputs)`` call on a cold prompt, no capture."""
         import torch
 
-        from oracles.engines.torch.reference import _to_f4
+        from oracles.engines.torch.device import to_f4
 
         p = as_prompt(prompt)
         inputs = self.inputs(p)
@@ -248,7 +248,7 @@ class VisionPath:
                 out = self.engine.model(**inputs)
         finally:
             self.engine._captured.clear()
-        return _to_f4(out.logits[0])
+        return to_f4(out.logits[0])
 
 
 __all__ = ["VISION_CLASSES", "VisionPath", "is_vision_config", "model_class"]
