@@ -42,7 +42,8 @@ oracle: materialize
 	$(BIN)/python -m pytest oracles/suite --runslow --receipt-tag oracle $(PARALLEL) $(PYTEST_ARGS); status=$$?; \
 	$(BIN)/oracles receipts --latest receipts/oracle; exit $$status
 
-test: materialize
+# Lint first: a change that breaks ruff or mypy fails here, before the suite's minutes.
+test: lint materialize
 	$(BIN)/python -m pytest --runslow $(PARALLEL) $(PYTEST_ARGS)
 
 smoke: setup
