@@ -1,0 +1,500 @@
+"""What the README and docs/ name exists: every repository path, every ``oracles`` subcommand, every
+option, every ``make`` target, marker and ``oracles.*`` module name.
+
+What is read: the code of each page (inline code spans, fenced and indented code blocks) and its
+relative links. A code line is split into shell commands (``&&``, ``||``, ``;``, ``|``); a command is
+judged by its program:
+
+* ``oracles SUB ...``: SUB is a key of :data:`oracles.cli.COMMANDS`, and every ``--option`` after it is
+  one that SUB's own ``add_arguments`` registers;
+* ``pytest ...`` (or ``python -m pytest``): every ``--option`` is the plugin's (its ``pytest_addoption``)
+  or one this pytest process registered (pytest's own, xdist's, pytest-timeout's); every name in a
+  ``-m`` expression is a registered marker;
+* ``make TARGET ...``: TARGET is a rule of the Makefile;
+* a span that starts with an option (``--pin NAME[,NAME]``): the option is registered somewhere above;
+* any other program (``pip``, ``python bench/...``): its options are its own and are not judged.
+
+A word is a repository path when its first segment is a top-level entry of the repository
+(``oracles/checks/port.py``, ``docs/pins.md``, ``pytest.ini``); it must exist, except under the folders
+runs create (:data:`GENERATED`). A path written from inside the package (``checks/port.py``) is refused:
+a reader cannot open it from the repository root. A word with a placeholder (``<pin>``, ``*``, ``~``,
+``$VAR``) or outside the repository (a library's file, a user's folder) is not judged. A dotted
+``oracles.x.y.Name`` must name a module of the tree and, read with ``ast`` (nothing imported), a name
+defined at its top level (and a member of that class, one level down).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import functools
+import importlib
+import re
+import shlex
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any, Iterator
+
+import pytest
+
+pytestmark = pytest.mark.dry
+
+ROOT = Path(__file__).resolve().parents[2]
+#: Folders a run or a project creates (receipts, a project's pins and records, the venv): a path under
+#: one need not exist in a checkout. ``receipts/README.md`` is committed and checked like any file.
+GENERATED = ("receipts/", "fixtures/", ".venv/", "bench/out/")
+#: What a word must end with to be read as a file when it has no ``/`` (``pytest.ini``, ``conftest.py``).
+FILE_SUFFIXES = (".py", ".md", ".json", ".jsonl", ".toml", ".ini", ".txt", ".cfg", ".pyi", ".npz", ".png")
+#: Options of other programs that the docs name on their own (no command before them).
+OTHER_OPTIONS = {"--no-deps": "pip install's"}
+#: Marks a word as a placeholder or outside the repository: not judged as a path.
+UNJUDGED = re.compile(r"[<>{}*$~\[\]]|\.\.\.|://")
+#: A dotted name in the package: ``oracles.checks.port.MAX_NMSE``, ``oracles.suite``.
+MODULE_NAME = re.compile(r"oracles(?:\.[A-Za-z_]\w*)+")
+#: Names the docs give ahead of the modules that define them, which other work adds to the tree. Each
+#: one is a strict xfail below: once the name exists its test fails, and the entry is to be removed here
+#: (then the checks above hold it like every other name).
+PENDING = {
+    "oracles/checks/tolerance.py": "the Tolerance object Engine.tolerance() returns",
+    "oracles.checks.tolerance.Tolerance": "the Tolerance object Engine.tolerance() returns",
+    "oracles.checks.tolerance.FLOAT32": "the float32 bounds, Engine.tolerance()'s default",
+    "oracles.engines.base.Engine.tolerance": "the one tolerance seam",
+    "oracles/plugin/hookspecs.py": "the plugin's hookspecs",
+    "oracles.plugin.hookspecs.pytest_oracles_receipt_fields": "a project's receipt fields",
+    "oracles.plugin.hookspecs.pytest_oracles_families": "a project's families",
+}
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the docs are held to, read from the tree and from this pytest process."""
+
+    root: Path
+    top_level: frozenset[str]  # entries of the repository root
+    inner: frozenset[str]  # subpackage folders of oracles/ (a path starting with one is written from inside)
+    commands: dict[str, frozenset[str]]  # oracles subcommand -> its option strings
+    plugin_options: frozenset[str]
+    pytest_dests: frozenset[str]  # dest names of every option this pytest process registered
+    make_targets: frozenset[str]
+    markers: frozenset[str]
+
+    def pytest_option(self, option: str) -> bool:
+        """Whether pytest takes ``option``: the plugin's, or another registered one (by its dest name:
+        ``--dist`` is ``dist``; pytest keeps no public list of option strings)."""
+        return option in self.plugin_options or option[2:].replace("-", "_") in self.pytest_dests
+
+    def any_option(self, option: str) -> bool:
+        return (self.pytest_option(option) or option in OTHER_OPTIONS
+                or any(option in opts for opts in self.commands.values()))
+
+
+@dataclass
+class Findings:
+    """The problems found (one line each: ``page:line: `word`: why``) and how many names of each kind
+    were judged (so a check that reads nothing shows)."""
+
+    problems: list[str] = field(default_factory=list)
+    judged: Counter[str] = field(default_factory=Counter)
+    pending: set[str] = field(default_factory=set)  # PENDING names the pages use
+
+
+class _Recorder:
+    """Stands in for pytest's parser and option group: records every option string added."""
+
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+
+    def getgroup(self, *args: Any, **kwargs: Any) -> "_Recorder":
+        return self
+
+    def addoption(self, *names: str, **kwargs: Any) -> None:
+        self.names.update(n for n in names if n.startswith("--"))
+
+    def addini(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
+class _ArgumentRecorder(argparse.ArgumentParser):
+    def __init__(self) -> None:
+        self.names: set[str] = set()  # before argparse's own __init__, which adds --help through add_argument
+        super().__init__()
+
+    def add_argument(self, *names: Any, **kwargs: Any) -> Any:
+        self.names.update(n for n in names if isinstance(n, str) and n.startswith("--"))
+        return super().add_argument(*names, **kwargs)
+
+
+def read_facts(pytestconfig: pytest.Config, root: Path = ROOT) -> Facts:
+    """The names the docs may use, from the tree at ``root`` and this pytest process."""
+    import oracles.plugin
+    from oracles.cli import COMMANDS
+    from oracles.families import FAMILIES, OTHER_MARKERS
+
+    commands = {}
+    for name, (module, _help) in COMMANDS.items():
+        parser = _ArgumentRecorder()
+        importlib.import_module(module).add_arguments(parser)
+        commands[name] = frozenset(parser.names)
+    plugin = _Recorder()
+    oracles.plugin.pytest_addoption(plugin)  # type: ignore[arg-type]
+    makefile = (root / "Makefile").read_text(encoding="utf-8")
+    targets = set(re.findall(r"^([A-Za-z][\w.-]*)\s*:(?!=)", makefile, flags=re.MULTILINE))
+    return Facts(root=root, top_level=frozenset(p.name for p in root.iterdir()),
+                 inner=frozenset(p.name for p in (root / "oracles").iterdir() if p.is_dir() and p.name != "__pycache__"),
+                 commands=commands, plugin_options=frozenset(plugin.names),
+                 pytest_dests=frozenset(vars(pytestconfig.option)), make_targets=frozenset(targets),
+                 markers=frozenset([f.name for f in FAMILIES] + list(OTHER_MARKERS)))
+
+
+# -- reading a page --------------------------------------------------------------------------------------
+def code_of(text: str) -> Iterator[tuple[int, str, bool]]:
+    """``(line number, code, in a block)`` for every inline code span and every code-block line."""
+    fence: str | None = None
+    previous_blank = True
+    in_indented = False
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if fence is not None:
+            if stripped.startswith(fence):
+                fence = None
+            else:
+                yield number, line, True
+            continue
+        if stripped.startswith(("```", "~~~")):
+            fence = stripped[:3]
+            continue
+        indented = line.startswith(("    ", "\t")) and bool(stripped)
+        in_indented = indented and (previous_blank or in_indented)
+        previous_blank = not stripped
+        if in_indented:
+            yield number, line, True
+            continue
+        for match in re.finditer(r"(`+)(.+?)\1", line):
+            yield number, match.group(2).strip(), False
+
+
+def links_of(text: str) -> Iterator[tuple[int, str]]:
+    """``(line number, target)`` of every Markdown link outside code."""
+    fence = False
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.strip().startswith(("```", "~~~")):
+            fence = not fence
+            continue
+        if not fence:
+            for match in re.finditer(r"\]\(([^)\s]+)\)", re.sub(r"`[^`]*`", "", line)):
+                yield number, match.group(1)
+
+
+def commands_of(code: str, block: bool) -> Iterator[list[str]]:
+    """The shell commands of one code line, each as its words (a block line's ``#`` comment dropped)."""
+    if block:
+        code = re.sub(r"(^|\s)#.*$", "", code)
+    for part in re.split(r"&&|\|\||;|\|", code):
+        try:
+            words = shlex.split(part)
+        except ValueError:  # an unbalanced quote in an example: its words as written
+            words = part.split()
+        while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S*", words[0]):  # VAR=value before a program
+            words = words[1:]
+        if words:
+            yield words
+
+
+# -- judging ---------------------------------------------------------------------------------------------
+def _word(raw: str) -> str:
+    return raw.strip("[](),;:'\"")
+
+
+def _option(raw: str) -> str | None:
+    word = _word(raw)
+    return word.split("=", 1)[0] if re.fullmatch(r"--[a-z][\w-]*(=.*)?", word) else None
+
+
+def judge_command(words: list[str], facts: Facts, found: Findings, where: str) -> None:
+    """The subcommand, options, make targets and markers of one command, by its program (the module's rules)."""
+    program = PurePosixPath(words[0]).name
+    options = [o for o in map(_option, words) if o]
+    if program == "oracles" and len(words) > 1 and re.fullmatch(r"[a-z][\w-]*", words[1]):
+        found.judged["subcommand"] += 1
+        known = facts.commands.get(words[1])
+        if known is None:
+            found.problems.append(f"{where}: `oracles {words[1]}`: no such subcommand (oracles/cli.py COMMANDS: "
+                                  f"{', '.join(sorted(facts.commands))})")
+            return
+        for option in options:
+            found.judged["option"] += 1
+            if option not in known:
+                found.problems.append(f"{where}: `oracles {words[1]} {option}`: not an option of `oracles {words[1]}` "
+                                      f"(it takes {', '.join(sorted(known))})")
+    elif program == "pytest" or (program.startswith("python") and words[1:3] == ["-m", "pytest"]):
+        for option in options:
+            found.judged["option"] += 1
+            if not facts.pytest_option(option):
+                found.problems.append(f"{where}: `{option}`: not an option of pytest or of the plugin "
+                                      "(oracles/plugin/__init__.py pytest_addoption)")
+        for flag, value in zip(words, words[1:]):
+            if flag == "-m":
+                for name in set(re.findall(r"[A-Za-z_]\w*", value)) - {"and", "or", "not"}:
+                    found.judged["marker"] += 1
+                    if name not in facts.markers:
+                        found.problems.append(f"{where}: `-m {value}`: {name!r} is not a registered marker")
+    elif program == "make":
+        for target in (w for w in words[1:] if not w.startswith("-") and "=" not in w):
+            found.judged["make target"] += 1
+            if target not in facts.make_targets:
+                found.problems.append(f"{where}: `make {target}`: no such target in the Makefile")
+    elif words[0].startswith("--"):
+        for option in options:
+            found.judged["option"] += 1
+            if not facts.any_option(option):
+                found.problems.append(f"{where}: `{option}`: not an option of the plugin or of any oracles subcommand")
+
+
+def path_problem(raw: str, facts: Facts) -> str | None:
+    """Why ``raw`` names no file of the repository, or None (it does, or it is not a repository path)."""
+    word = _word(raw)
+    if word.startswith("-") and "=" in word:
+        word = word.split("=", 1)[1]
+    if not word or UNJUDGED.search(word) or word.startswith(("/", "-")) or word in PENDING:
+        return None
+    if "/" not in word and not word.endswith(FILE_SUFFIXES):
+        return None
+    parts = PurePosixPath(word).parts
+    if not parts:
+        return None
+    if parts[0] in facts.top_level:
+        if (facts.root / word).exists() or word.startswith(GENERATED):
+            return None
+        return "no such file or folder in the repository"
+    if parts[0] in facts.inner and "/" in word:
+        return f"a path inside the package: write it from the repository root (oracles/{word})"
+    return None
+
+
+def _defined(tree: ast.Module | ast.ClassDef) -> dict[str, ast.AST]:
+    names: dict[str, ast.AST] = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names[node.name] = node
+        elif isinstance(node, ast.Assign):
+            names.update((t.id, node) for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names[node.target.id] = node
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update(((a.asname or a.name).split(".")[0], node) for a in node.names)
+    return names
+
+
+@functools.cache
+def _module_tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
+def module_problem(dotted: str, root: Path = ROOT) -> str | None:
+    """Why ``dotted`` (``oracles.checks.port.MAX_NMSE``) names nothing in the tree, or None."""
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        base = root.joinpath(*parts[:i])
+        source = base.with_suffix(".py") if base.with_suffix(".py").is_file() else base / "__init__.py"
+        if source.is_file():
+            break
+    else:
+        return "no such module in the tree"
+    rest = parts[i:]
+    if not rest:
+        return None
+    scope: ast.Module | ast.ClassDef = _module_tree(source)
+    for depth, name in enumerate(rest[:2]):
+        node = _defined(scope).get(name)
+        if node is None:
+            return f"{'.'.join(parts[:i + depth])} defines no {name!r} ({source.relative_to(root)})"
+        if not isinstance(node, ast.ClassDef):
+            return None
+        scope = node
+    return None
+
+
+def judge_names(code: str, facts: Facts, found: Findings, where: str) -> None:
+    """The repository paths and ``oracles.*`` names of one code line."""
+    words = code.split()
+    for raw in words:
+        word = _word(raw)
+        if (problem := path_problem(word, facts)) is not None:
+            found.problems.append(f"{where}: `{word}`: {problem}")
+        elif "/" in word or word.endswith(FILE_SUFFIXES):
+            found.judged["path"] += word.split("/")[0] in facts.top_level
+        if word in PENDING:
+            found.pending.add(word)
+        for name in MODULE_NAME.findall(word):
+            found.judged["module name"] += 1
+            if name in PENDING:
+                found.pending.add(name)
+            elif (problem := module_problem(name, facts.root)) is not None:
+                found.problems.append(f"{where}: `{name}`: {problem}")
+    if words[:1] == ["from"] and len(words) > 3 and words[2] == "import" and MODULE_NAME.fullmatch(words[1]):
+        for name in (_word(w) for w in words[3:]):
+            dotted = f"{words[1]}.{name}"
+            found.judged["module name"] += 1
+            if name and dotted not in PENDING and (problem := module_problem(dotted, facts.root)) is not None:
+                found.problems.append(f"{where}: `from {words[1]} import {name}`: {problem}")
+
+
+def check_page(text: str, page: Path, facts: Facts, found: Findings) -> Findings:
+    """Judge one page (its text, and its path for relative links and messages) into ``found``."""
+    shown = page.relative_to(facts.root) if page.is_relative_to(facts.root) else page
+    for number, code, block in code_of(text):
+        where = f"{shown}:{number}"
+        judge_names(code, facts, found, where)
+        for words in commands_of(code, block):
+            judge_command(words, facts, found, where)
+    for number, target in links_of(text):
+        if re.match(r"[a-z]+:|#", target):
+            continue
+        found.judged["link"] += 1
+        path = target.split("#", 1)[0]
+        if path in PENDING:
+            found.pending.add(path)
+        elif not (page.parent / path).exists():
+            found.problems.append(f"{shown}:{number}: link ({target}): no such file ({(page.parent / path)})")
+    return found
+
+
+def pages(root: Path = ROOT) -> list[Path]:
+    """The pages a user reads: the README, receipts/README.md and everything under docs/."""
+    return [root / "README.md", root / "receipts" / "README.md", *sorted((root / "docs").rglob("*.md"))]
+
+
+# -- tests -----------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def facts(pytestconfig: pytest.Config) -> Facts:
+    return read_facts(pytestconfig)
+
+
+@pytest.fixture(scope="module")
+def findings(facts: Facts) -> Findings:
+    found = Findings()
+    for page in pages():
+        check_page(page.read_text(encoding="utf-8"), page, facts, found)
+    return found
+
+
+def test_docs_name_what_exists(findings: Findings) -> None:
+    assert not findings.problems, f"{len(findings.problems)} names in the docs do not exist:\n" + "\n".join(findings.problems)
+
+
+def test_docs_are_read(findings: Findings) -> None:
+    """The check above is not vacuous: the pages exist and each kind of name was found and judged."""
+    assert (ROOT / "docs").is_dir() and len(pages()) >= 10, pages()
+    for kind, least in (("path", 30), ("subcommand", 9), ("option", 30), ("make target", 3), ("marker", 5),
+                        ("module name", 10), ("link", 10)):
+        assert findings.judged[kind] >= least, f"only {findings.judged[kind]} {kind}s judged: {dict(findings.judged)}"
+
+
+def test_every_subcommand_is_documented(findings: Findings, facts: Facts) -> None:
+    """Each of the CLI's subcommands is named by some page (the commands table)."""
+    text = "\n".join(p.read_text(encoding="utf-8") for p in pages())
+    missing = [c for c in facts.commands if f"oracles {c}" not in text]
+    assert not missing, f"subcommands no page names: {missing}"
+
+
+#: Words that tell a page's history instead of what the code does ("the seed" names no program a reader can
+#: find: a page names what the original reference program does, "the d1-3B reference").
+HISTORY = re.compile(r"\b(the seed|the seed's|this session|(last|previous|earlier) session|before this work|"
+                     r"the issue's order)\b", flags=re.IGNORECASE)
+#: The README's sections, in the order a user needs them.
+README_SECTIONS = ("Install", "Quick start", "Your port", "Options", "Commands", "Families", "Where things are",
+                   "Documentation")
+
+
+def history_of(text: str) -> list[str]:
+    """The lines of ``text`` that tell history (:data:`HISTORY`), as ``line: phrase``."""
+    return [f"{n}: {m.group(0)!r}" for n, line in enumerate(text.splitlines(), 1) for m in HISTORY.finditer(line)]
+
+
+def test_docs_tell_no_history() -> None:
+    found = {str(p.relative_to(ROOT)): history_of(p.read_text(encoding="utf-8")) for p in pages()}
+    assert not any(found.values()), {k: v for k, v in found.items() if v}
+
+
+def test_history_check_finds_history() -> None:
+    """Positive control: each phrase is found, and a seeded twin is not history."""
+    text = "A seeded twin.\nAs the seed's map.\nMeasured this session.\nSlower before this work.\n"
+    assert [line.split(":")[0] for line in history_of(text)] == ["2", "3", "4"], history_of(text)
+
+
+def test_readme_is_a_quick_start() -> None:
+    """The README stays a page a user starts from: at most 220 lines, its sections in order."""
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 220, f"README.md has {len(lines)} lines; the rest belongs under docs/"
+    titles = [line[3:].strip() for line in lines if line.startswith("## ")]
+    assert titles == list(README_SECTIONS), titles
+
+
+def test_pending_names_are_still_named(findings: Findings) -> None:
+    """Every :data:`PENDING` entry is one a page uses (an entry no page names is stale)."""
+    assert set(PENDING) <= findings.pending, f"PENDING entries no page names: {sorted(set(PENDING) - findings.pending)}"
+
+
+@pytest.mark.parametrize("name", sorted(PENDING))
+@pytest.mark.xfail(strict=True, reason="named by the docs ahead of the work that adds it; once it exists, remove "
+                                       "its PENDING entry in tests/unit/test_docs_dry.py")
+def test_pending_name_exists(name: str) -> None:
+    if "/" in name:
+        assert (ROOT / name).exists(), name
+    else:
+        assert module_problem(name) is None, name
+
+
+BAD_PAGE = """\
+# A page that names what does not exist
+
+See `oracles/checks/no_such_module.py` and `checks/port.py`, and [the page](no_such_page.md).
+
+```sh
+oracles frobnicate receipts/x.json
+oracles compare A.json B.json --no-such-option
+oracles compare A.json B.json --runslow
+pytest -m "port or no_such_marker" --no-such-pytest-option
+make no-such-target
+```
+
+```python
+from oracles.checks.port import MAX_NMSE, NO_SUCH_BOUND
+```
+
+A lone `--no-such-lone-option`, and `oracles.checks.port.NO_SUCH_NAME`, `oracles.no_such_package.x`.
+"""
+GOOD_PAGE = """\
+# A page that names what exists
+
+See `oracles/checks/port.py`, `docs/`, `pytest.ini`, `receipts/default/x.json` and [the README](../README.md).
+
+```sh
+oracles compare A.json B.json --require-all --out=cmp.json
+pytest --pyargs oracles.suite -m "port or mtplx" --runslow -n 2 --dist loadgroup --resume=receipts/r.json
+make test PYTEST_ARGS="-m mtplx"
+pip install --no-deps mlx-vlm==0.7.10
+```
+
+A lone `--pin NAME[,NAME]`, `oracles.checks.port.MAX_NMSE`, `oracles.engines.base.Engine.forward`, `torch/version.py`.
+"""
+
+
+def test_checker_names_every_missing_thing(facts: Facts) -> None:
+    """Positive control: a page naming one missing thing of each kind fails once for each, naming it."""
+    found = check_page(BAD_PAGE, ROOT / "docs" / "bad.md", facts, Findings())
+    text = "\n".join(found.problems)
+    for name in ("oracles/checks/no_such_module.py", "checks/port.py", "no_such_page.md", "oracles frobnicate",
+                 "--no-such-option", "compare --runslow", "no_such_marker", "--no-such-pytest-option",
+                 "make no-such-target", "NO_SUCH_BOUND", "--no-such-lone-option", "NO_SUCH_NAME",
+                 "oracles.no_such_package.x"):
+        assert name in text, f"{name!r} not reported; problems:\n{text}"
+    assert len(found.problems) == 13, text
+
+
+def test_checker_passes_what_exists(facts: Facts) -> None:
+    """Negative control: real names (and placeholders, generated paths, other programs' options) pass."""
+    found = check_page(GOOD_PAGE, ROOT / "docs" / "good.md", facts, Findings())
+    assert not found.problems, "\n".join(found.problems)
+    assert found.judged["option"] >= 7 and found.judged["path"] >= 3, dict(found.judged)
