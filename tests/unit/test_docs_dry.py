@@ -1,31 +1,18 @@
-"""What the README and docs/ name exists: every repository path, every ``oracles`` subcommand, every
-option, every ``make`` target, marker and ``oracles.*`` module name.
+"""What the README and docs/ name exists: repository paths, ``oracles`` subcommands, options, ``make``
+targets, markers and ``oracles.*`` names.
 
-What is read: the code of each page (inline code spans, fenced and indented code blocks) and its
-relative links. A code line is split into shell commands (``&&``, ``||``, ``;``, ``|``); a command is
-judged by its program:
-
-* ``oracles SUB ...``: SUB is a key of :data:`oracles.cli.COMMANDS`, and every ``--option`` after it is
-  one that SUB's own ``add_arguments`` registers;
-* ``pytest ...`` (or ``python -m pytest``): every ``--option`` is the plugin's (its ``pytest_addoption``)
-  or one this pytest process registered (pytest's own, xdist's, pytest-timeout's); every name in a
-  ``-m`` expression is a registered marker;
-* ``make TARGET ...``: TARGET is a rule of the Makefile;
-* a span that starts with an option (``--pin NAME[,NAME]``): the option is registered somewhere above;
-* any other program (``pip``, ``python bench/...``): its options are its own and are not judged.
-
-A word is a repository path when its first segment is a top-level entry of the repository
-(``oracles/checks/port.py``, ``docs/pins.md``, ``pytest.ini``); it must exist, except under the folders
-runs create (:data:`GENERATED`). A path written from inside the package (``checks/port.py``) is refused:
-a reader cannot open it from the repository root. A word with a placeholder (``<pin>``, ``*``, ``~``,
-``$VAR``) or outside the repository (a library's file, a user's folder) is not judged. A dotted
-``oracles.x.y.Name`` must name a module of the tree and, read with ``ast`` (nothing imported), a name
-defined at its top level (and a member of that class, one level down).
+Each page's code (inline spans, fenced and indented blocks) is split into shell commands, each judged by
+its program: ``oracles SUB`` (SUB in :data:`oracles.cli.COMMANDS`, its options those SUB registers),
+``pytest`` (options the plugin's or this process's; ``-m`` names registered markers), ``make TARGET`` (a
+Makefile rule), a span starting with an option (registered somewhere); other programs are not judged. A
+word whose first segment is a top-level entry is a path and must exist (but under :data:`GENERATED`); one
+written from inside the package (``checks/port.py``) is refused; placeholders (``<pin>``, ``*``, ``~``,
+``$VAR``) are not judged. A dotted ``oracles.x.Name`` must name a module and, read with ``ast``, a name
+defined in it (and a member of that class). Relative links must resolve.
 """
 
 from __future__ import annotations
 
-import argparse
 import ast
 import functools
 import importlib
@@ -35,6 +22,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterator
+from unittest.mock import MagicMock
 
 import pytest
 
@@ -55,15 +43,20 @@ MODULE_NAME = re.compile(r"oracles(?:\.[A-Za-z_]\w*)+")
 #: Names the docs give ahead of the modules that define them, which other work adds to the tree. Each
 #: one is a strict xfail below: once the name exists its test fails, and the entry is to be removed here
 #: (then the checks above hold it like every other name).
-PENDING = {
-    "oracles/checks/tolerance.py": "the Tolerance object Engine.tolerance() returns",
-    "oracles.checks.tolerance.Tolerance": "the Tolerance object Engine.tolerance() returns",
-    "oracles.checks.tolerance.FLOAT32": "the float32 bounds, Engine.tolerance()'s default",
-    "oracles.engines.base.Engine.tolerance": "the one tolerance seam",
-    "oracles/plugin/hookspecs.py": "the plugin's hookspecs",
-    "oracles.plugin.hookspecs.pytest_oracles_receipt_fields": "a project's receipt fields",
-    "oracles.plugin.hookspecs.pytest_oracles_families": "a project's families",
-}
+PENDING = frozenset({
+    "oracles/checks/tolerance.py", "oracles.checks.tolerance.Tolerance", "oracles.checks.tolerance.FLOAT32",
+    "oracles.engines.base.Engine.tolerance",  # the one tolerance seam and its float32 default
+    "oracles/plugin/hookspecs.py", "oracles.plugin.hookspecs.pytest_oracles_receipt_fields",
+    "oracles.plugin.hookspecs.pytest_oracles_families",  # what a project extends: receipt fields, families
+})
+#: Words that tell a page's history instead of what the code does. A nickname for one of the original
+#: reference programs names nothing a reader can find: a page says what that program does ("the d1-3B
+#: reference", "the DeepSeek-V4 decode-cohort proof").
+HISTORY = re.compile(r"\b(the\s+seed(?:'s)?|this\s+session|(?:last|previous|earlier)\s+session|before\s+this\s+work|"
+                     r"the\s+issue's\s+order)\b", flags=re.IGNORECASE)
+#: The README's sections, in the order a user needs them.
+README_SECTIONS = ("Install", "Quick start", "Your port", "Options", "Commands", "Families", "Where things are",
+                   "Documentation")
 
 
 @dataclass(frozen=True)
@@ -91,38 +84,21 @@ class Facts:
 
 @dataclass
 class Findings:
-    """The problems found (one line each: ``page:line: `word`: why``) and how many names of each kind
-    were judged (so a check that reads nothing shows)."""
+    """The problems (``page:line: `word`: why``) and how many names of each kind were judged."""
 
     problems: list[str] = field(default_factory=list)
     judged: Counter[str] = field(default_factory=Counter)
     pending: set[str] = field(default_factory=set)  # PENDING names the pages use
 
 
-class _Recorder:
-    """Stands in for pytest's parser and option group: records every option string added."""
-
-    def __init__(self) -> None:
-        self.names: set[str] = set()
-
-    def getgroup(self, *args: Any, **kwargs: Any) -> "_Recorder":
-        return self
-
-    def addoption(self, *names: str, **kwargs: Any) -> None:
-        self.names.update(n for n in names if n.startswith("--"))
-
-    def addini(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-
-class _ArgumentRecorder(argparse.ArgumentParser):
-    def __init__(self) -> None:
-        self.names: set[str] = set()  # before argparse's own __init__, which adds --help through add_argument
-        super().__init__()
-
-    def add_argument(self, *names: Any, **kwargs: Any) -> Any:
-        self.names.update(n for n in names if isinstance(n, str) and n.startswith("--"))
-        return super().add_argument(*names, **kwargs)
+def _options(register: Any) -> frozenset[str]:
+    """The ``--option`` strings ``register(parser)`` adds to a parser: pytest's (``getgroup().addoption``,
+    ``addoption``) or argparse's (``add_argument``), recorded by a mock standing in for it."""
+    parser = MagicMock()
+    register(parser)
+    calls = [*parser.add_argument.call_args_list, *parser.addoption.call_args_list,
+             *parser.getgroup.return_value.addoption.call_args_list]
+    return frozenset({"--help", *(n for c in calls for n in c.args if isinstance(n, str) and n.startswith("--"))})
 
 
 def read_facts(pytestconfig: pytest.Config, root: Path = ROOT) -> Facts:
@@ -131,18 +107,12 @@ def read_facts(pytestconfig: pytest.Config, root: Path = ROOT) -> Facts:
     from oracles.cli import COMMANDS
     from oracles.families import FAMILIES, OTHER_MARKERS
 
-    commands = {}
-    for name, (module, _help) in COMMANDS.items():
-        parser = _ArgumentRecorder()
-        importlib.import_module(module).add_arguments(parser)
-        commands[name] = frozenset(parser.names)
-    plugin = _Recorder()
-    oracles.plugin.pytest_addoption(plugin)  # type: ignore[arg-type]
+    commands = {name: _options(importlib.import_module(module).add_arguments) for name, (module, _) in COMMANDS.items()}
     makefile = (root / "Makefile").read_text(encoding="utf-8")
     targets = set(re.findall(r"^([A-Za-z][\w.-]*)\s*:(?!=)", makefile, flags=re.MULTILINE))
     return Facts(root=root, top_level=frozenset(p.name for p in root.iterdir()),
                  inner=frozenset(p.name for p in (root / "oracles").iterdir() if p.is_dir() and p.name != "__pycache__"),
-                 commands=commands, plugin_options=frozenset(plugin.names),
+                 commands=commands, plugin_options=_options(oracles.plugin.pytest_addoption) - {"--help"},
                  pytest_dests=frozenset(vars(pytestconfig.option)), make_targets=frozenset(targets),
                  markers=frozenset([f.name for f in FAMILIES] + list(OTHER_MARKERS)))
 
@@ -211,44 +181,38 @@ def _option(raw: str) -> str | None:
     return word.split("=", 1)[0] if re.fullmatch(r"--[a-z][\w-]*(=.*)?", word) else None
 
 
+def _judge(found: Findings, kind: str, ok: bool, problem: str) -> None:
+    found.judged[kind] += 1
+    if not ok:
+        found.problems.append(problem)
+
+
 def judge_command(words: list[str], facts: Facts, found: Findings, where: str) -> None:
     """The subcommand, options, make targets and markers of one command, by its program (the module's rules)."""
     program = PurePosixPath(words[0]).name
     options = [o for o in map(_option, words) if o]
     if program == "oracles" and len(words) > 1 and re.fullmatch(r"[a-z][\w-]*", words[1]):
-        found.judged["subcommand"] += 1
-        known = facts.commands.get(words[1])
-        if known is None:
-            found.problems.append(f"{where}: `oracles {words[1]}`: no such subcommand (oracles/cli.py COMMANDS: "
-                                  f"{', '.join(sorted(facts.commands))})")
-            return
-        for option in options:
-            found.judged["option"] += 1
-            if option not in known:
-                found.problems.append(f"{where}: `oracles {words[1]} {option}`: not an option of `oracles {words[1]}` "
-                                      f"(it takes {', '.join(sorted(known))})")
+        sub, known = words[1], facts.commands.get(words[1], frozenset())
+        _judge(found, "subcommand", sub in facts.commands,
+               f"{where}: `oracles {sub}`: no such subcommand (oracles/cli.py COMMANDS: {', '.join(sorted(facts.commands))})")
+        for option in options if sub in facts.commands else ():
+            _judge(found, "option", option in known,
+                   f"{where}: `oracles {sub} {option}`: not an option of `oracles {sub}` (it takes {', '.join(sorted(known))})")
     elif program == "pytest" or (program.startswith("python") and words[1:3] == ["-m", "pytest"]):
         for option in options:
-            found.judged["option"] += 1
-            if not facts.pytest_option(option):
-                found.problems.append(f"{where}: `{option}`: not an option of pytest or of the plugin "
-                                      "(oracles/plugin/__init__.py pytest_addoption)")
-        for flag, value in zip(words, words[1:]):
-            if flag == "-m":
-                for name in set(re.findall(r"[A-Za-z_]\w*", value)) - {"and", "or", "not"}:
-                    found.judged["marker"] += 1
-                    if name not in facts.markers:
-                        found.problems.append(f"{where}: `-m {value}`: {name!r} is not a registered marker")
+            _judge(found, "option", facts.pytest_option(option),
+                   f"{where}: `{option}`: not an option of pytest or of the plugin (oracles/plugin/__init__.py)")
+        for value in (v for flag, v in zip(words, words[1:]) if flag == "-m"):
+            for name in sorted(set(re.findall(r"[A-Za-z_]\w*", value)) - {"and", "or", "not"}):
+                _judge(found, "marker", name in facts.markers, f"{where}: `-m {value}`: {name!r} is not a registered marker")
     elif program == "make":
         for target in (w for w in words[1:] if not w.startswith("-") and "=" not in w):
-            found.judged["make target"] += 1
-            if target not in facts.make_targets:
-                found.problems.append(f"{where}: `make {target}`: no such target in the Makefile")
+            _judge(found, "make target", target in facts.make_targets,
+                   f"{where}: `make {target}`: no such target in the Makefile")
     elif words[0].startswith("--"):
         for option in options:
-            found.judged["option"] += 1
-            if not facts.any_option(option):
-                found.problems.append(f"{where}: `{option}`: not an option of the plugin or of any oracles subcommand")
+            _judge(found, "option", facts.any_option(option),
+                   f"{where}: `{option}`: not an option of the plugin or of any oracles subcommand")
 
 
 def path_problem(raw: str, facts: Facts) -> str | None:
@@ -383,28 +347,16 @@ def test_docs_name_what_exists(findings: Findings) -> None:
     assert not findings.problems, f"{len(findings.problems)} names in the docs do not exist:\n" + "\n".join(findings.problems)
 
 
-def test_docs_are_read(findings: Findings) -> None:
-    """The check above is not vacuous: the pages exist and each kind of name was found and judged."""
+def test_docs_are_read(findings: Findings, facts: Facts) -> None:
+    """The check above is not vacuous: the pages exist, each kind of name was found and judged, every
+    subcommand of the CLI is named by some page, and every :data:`PENDING` entry is still used."""
     assert (ROOT / "docs").is_dir() and len(pages()) >= 10, pages()
     for kind, least in (("path", 30), ("subcommand", 9), ("option", 30), ("make target", 3), ("marker", 5),
                         ("module name", 10), ("link", 10)):
         assert findings.judged[kind] >= least, f"only {findings.judged[kind]} {kind}s judged: {dict(findings.judged)}"
-
-
-def test_every_subcommand_is_documented(findings: Findings, facts: Facts) -> None:
-    """Each of the CLI's subcommands is named by some page (the commands table)."""
     text = "\n".join(p.read_text(encoding="utf-8") for p in pages())
-    missing = [c for c in facts.commands if f"oracles {c}" not in text]
-    assert not missing, f"subcommands no page names: {missing}"
-
-
-#: Words that tell a page's history instead of what the code does ("the seed" names no program a reader can
-#: find: a page names what the original reference program does, "the d1-3B reference").
-HISTORY = re.compile(r"\b(the seed|the seed's|this session|(last|previous|earlier) session|before this work|"
-                     r"the issue's order)\b", flags=re.IGNORECASE)
-#: The README's sections, in the order a user needs them.
-README_SECTIONS = ("Install", "Quick start", "Your port", "Options", "Commands", "Families", "Where things are",
-                   "Documentation")
+    assert not [c for c in facts.commands if f"oracles {c}" not in text], sorted(facts.commands)
+    assert findings.pending == PENDING, f"PENDING entries no page names: {sorted(PENDING - findings.pending)}"
 
 
 def history_of(text: str) -> list[str]:
@@ -413,14 +365,11 @@ def history_of(text: str) -> list[str]:
 
 
 def test_docs_tell_no_history() -> None:
+    """No page tells history; the check finds each phrase (a positive control) and takes no seeded twin."""
+    control = "A seeded twin.\nAs the\tseed's map.\nMeasured this\tsession.\nSlower before this\twork.\n"
+    assert [line.split(":")[0] for line in history_of(control)] == ["2", "3", "4"], history_of(control)
     found = {str(p.relative_to(ROOT)): history_of(p.read_text(encoding="utf-8")) for p in pages()}
     assert not any(found.values()), {k: v for k, v in found.items() if v}
-
-
-def test_history_check_finds_history() -> None:
-    """Positive control: each phrase is found, and a seeded twin is not history."""
-    text = "A seeded twin.\nAs the seed's map.\nMeasured this session.\nSlower before this work.\n"
-    assert [line.split(":")[0] for line in history_of(text)] == ["2", "3", "4"], history_of(text)
 
 
 def test_readme_is_a_quick_start() -> None:
@@ -429,11 +378,6 @@ def test_readme_is_a_quick_start() -> None:
     assert len(lines) <= 220, f"README.md has {len(lines)} lines; the rest belongs under docs/"
     titles = [line[3:].strip() for line in lines if line.startswith("## ")]
     assert titles == list(README_SECTIONS), titles
-
-
-def test_pending_names_are_still_named(findings: Findings) -> None:
-    """Every :data:`PENDING` entry is one a page uses (an entry no page names is stale)."""
-    assert set(PENDING) <= findings.pending, f"PENDING entries no page names: {sorted(set(PENDING) - findings.pending)}"
 
 
 @pytest.mark.parametrize("name", sorted(PENDING))
@@ -447,8 +391,6 @@ def test_pending_name_exists(name: str) -> None:
 
 
 BAD_PAGE = """\
-# A page that names what does not exist
-
 See `oracles/checks/no_such_module.py` and `checks/port.py`, and [the page](no_such_page.md).
 
 ```sh
@@ -466,8 +408,6 @@ from oracles.checks.port import MAX_NMSE, NO_SUCH_BOUND
 A lone `--no-such-lone-option`, and `oracles.checks.port.NO_SUCH_NAME`, `oracles.no_such_package.x`.
 """
 GOOD_PAGE = """\
-# A page that names what exists
-
 See `oracles/checks/port.py`, `docs/`, `pytest.ini`, `receipts/default/x.json` and [the README](../README.md).
 
 ```sh
@@ -482,7 +422,8 @@ A lone `--pin NAME[,NAME]`, `oracles.checks.port.MAX_NMSE`, `oracles.engines.bas
 
 
 def test_checker_names_every_missing_thing(facts: Facts) -> None:
-    """Positive control: a page naming one missing thing of each kind fails once for each, naming it."""
+    """Positive control: a page naming one missing thing of each kind fails once for each, naming it; and
+    a page of real names (placeholders, generated paths, other programs' options) passes."""
     found = check_page(BAD_PAGE, ROOT / "docs" / "bad.md", facts, Findings())
     text = "\n".join(found.problems)
     for name in ("oracles/checks/no_such_module.py", "checks/port.py", "no_such_page.md", "oracles frobnicate",
@@ -491,10 +432,6 @@ def test_checker_names_every_missing_thing(facts: Facts) -> None:
                  "oracles.no_such_package.x"):
         assert name in text, f"{name!r} not reported; problems:\n{text}"
     assert len(found.problems) == 13, text
-
-
-def test_checker_passes_what_exists(facts: Facts) -> None:
-    """Negative control: real names (and placeholders, generated paths, other programs' options) pass."""
-    found = check_page(GOOD_PAGE, ROOT / "docs" / "good.md", facts, Findings())
-    assert not found.problems, "\n".join(found.problems)
-    assert found.judged["option"] >= 7 and found.judged["path"] >= 3, dict(found.judged)
+    good = check_page(GOOD_PAGE, ROOT / "docs" / "good.md", facts, Findings())
+    assert not good.problems, "\n".join(good.problems)
+    assert good.judged["option"] >= 7 and good.judged["path"] >= 3, dict(good.judged)
