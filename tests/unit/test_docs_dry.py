@@ -1,14 +1,13 @@
-"""What the README and docs/ name exists: repository paths, ``oracles`` subcommands, options, ``make``
-targets, markers and ``oracles.*`` names.
+"""What the README and docs/ name exists: repository paths, ``oracles`` subcommands and their options,
+pytest options, markers, ``make`` targets, ``oracles.*`` names and relative links.
 
-Each page's code (inline spans, fenced and indented blocks) is split into shell commands, each judged by
-its program: ``oracles SUB`` (SUB in :data:`oracles.cli.COMMANDS`, its options those SUB registers),
-``pytest`` (options the plugin's or this process's; ``-m`` names registered markers), ``make TARGET`` (a
-Makefile rule), a span starting with an option (registered somewhere); other programs are not judged. A
-word whose first segment is a top-level entry is a path and must exist (but under :data:`GENERATED`); one
-written from inside the package (``checks/port.py``) is refused; placeholders (``<pin>``, ``*``, ``~``,
-``$VAR``) are not judged. A dotted ``oracles.x.Name`` must name a module and, read with ``ast``, a name
-defined in it (and a member of that class). Relative links must resolve.
+Each page's code (inline spans, code blocks) is split into shell commands judged by program: ``oracles
+SUB`` (SUB in :data:`oracles.cli.COMMANDS`, options those it registers), ``pytest`` (the plugin's options
+or this process's; ``-m`` names markers), ``make TARGET``, a span starting with an option; other programs
+are not judged. A word whose first segment is a top-level entry is a path that must exist (but under
+:data:`GENERATED`); one written from inside the package (``checks/port.py``) is refused; placeholders
+(``<pin>``, ``*``, ``~``, ``$VAR``) are not judged. ``oracles.x.Name`` must name a module and, read with
+``ast``, a name defined in it (and a member of that class).
 """
 
 from __future__ import annotations
@@ -34,8 +33,6 @@ ROOT = Path(__file__).resolve().parents[2]
 GENERATED = ("receipts/", "fixtures/", ".venv/", "bench/out/")
 #: What a word must end with to be read as a file when it has no ``/`` (``pytest.ini``, ``conftest.py``).
 FILE_SUFFIXES = (".py", ".md", ".json", ".jsonl", ".toml", ".ini", ".txt", ".cfg", ".pyi", ".npz", ".png")
-#: Options of other programs that the docs name on their own (no command before them).
-OTHER_OPTIONS = {"--no-deps": "pip install's"}
 #: Marks a word as a placeholder or outside the repository: not judged as a path.
 UNJUDGED = re.compile(r"[<>{}*$~\[\]]|\.\.\.|://")
 #: A dotted name in the package: ``oracles.checks.port.MAX_NMSE``, ``oracles.suite``.
@@ -78,8 +75,7 @@ class Facts:
         return option in self.plugin_options or option[2:].replace("-", "_") in self.pytest_dests
 
     def any_option(self, option: str) -> bool:
-        return (self.pytest_option(option) or option in OTHER_OPTIONS
-                or any(option in opts for opts in self.commands.values()))
+        return self.pytest_option(option) or any(option in opts for opts in self.commands.values())
 
 
 @dataclass
@@ -118,42 +114,34 @@ def read_facts(pytestconfig: pytest.Config, root: Path = ROOT) -> Facts:
 
 
 # -- reading a page --------------------------------------------------------------------------------------
-def code_of(text: str) -> Iterator[tuple[int, str, bool]]:
-    """``(line number, code, in a block)`` for every inline code span and every code-block line."""
+def _lines(text: str) -> Iterator[tuple[int, str, bool]]:
+    """``(line number, line, inside a fenced block)`` of every line but the fences themselves."""
     fence: str | None = None
-    previous_blank = True
-    in_indented = False
     for number, line in enumerate(text.splitlines(), 1):
-        stripped = line.strip()
-        if fence is not None:
-            if stripped.startswith(fence):
-                fence = None
-            else:
-                yield number, line, True
-            continue
-        if stripped.startswith(("```", "~~~")):
-            fence = stripped[:3]
-            continue
-        indented = line.startswith(("    ", "\t")) and bool(stripped)
-        in_indented = indented and (previous_blank or in_indented)
-        previous_blank = not stripped
-        if in_indented:
+        if line.strip().startswith(("```", "~~~")) and (fence is None or line.strip().startswith(fence)):
+            fence = line.strip()[:3] if fence is None else None
+        else:
+            yield number, line, fence is not None
+
+
+def code_of(text: str) -> Iterator[tuple[int, str, bool]]:
+    """``(line number, code, in a block)`` for every inline code span and every code-block line (fenced,
+    or indented four spaces after a blank line)."""
+    previous_blank, indented = True, False
+    for number, line, fenced in _lines(text):
+        indented = not fenced and line.startswith(("    ", "\t")) and bool(line.strip()) and (previous_blank or indented)
+        previous_blank = not line.strip()
+        if fenced or indented:
             yield number, line, True
-            continue
-        for match in re.finditer(r"(`+)(.+?)\1", line):
-            yield number, match.group(2).strip(), False
+        else:
+            yield from ((number, m.group(2).strip(), False) for m in re.finditer(r"(`+)(.+?)\1", line))
 
 
 def links_of(text: str) -> Iterator[tuple[int, str]]:
     """``(line number, target)`` of every Markdown link outside code."""
-    fence = False
-    for number, line in enumerate(text.splitlines(), 1):
-        if line.strip().startswith(("```", "~~~")):
-            fence = not fence
-            continue
-        if not fence:
-            for match in re.finditer(r"\]\(([^)\s]+)\)", re.sub(r"`[^`]*`", "", line)):
-                yield number, match.group(1)
+    for number, line, fenced in _lines(text):
+        if not fenced:
+            yield from ((number, m.group(1)) for m in re.finditer(r"\]\(([^)\s]+)\)", re.sub(r"`[^`]*`", "", line)))
 
 
 def commands_of(code: str, block: bool) -> Iterator[list[str]]:
@@ -357,6 +345,29 @@ def test_docs_are_read(findings: Findings, facts: Facts) -> None:
     text = "\n".join(p.read_text(encoding="utf-8") for p in pages())
     assert not [c for c in facts.commands if f"oracles {c}" not in text], sorted(facts.commands)
     assert findings.pending == PENDING, f"PENDING entries no page names: {sorted(PENDING - findings.pending)}"
+
+
+def layout_missing(text: str, modules: list[Path]) -> list[str]:
+    """The modules (repository-relative paths) that ``text`` names neither as `` `path` `` nor, for a
+    package's ``__init__.py``, by its folder (`` `oracles/x/` `` or ``**oracles/x/**``)."""
+
+    def named(m: Path) -> bool:
+        if m.name != "__init__.py" or m.parent.name == "oracles":
+            return f"`{m}`" in text
+        return f"`{m.parent}/`" in text or f"**{m.parent}/**" in text
+
+    return [str(m) for m in modules if not named(m)]
+
+
+def test_layout_names_every_module() -> None:
+    """docs/layout.md has a line for every module of oracles/ and every package by its folder; the check
+    reports a module or package it does not name (a positive control)."""
+    modules = [p.relative_to(ROOT) for p in sorted((ROOT / "oracles").rglob("*.py"))]
+    assert layout_missing("`oracles/a.py` **oracles/b/**", [Path("oracles/c.py"), Path("oracles/d/__init__.py"),
+                                                          Path("oracles/a.py"), Path("oracles/b/__init__.py")]) == [
+        "oracles/c.py", "oracles/d/__init__.py"]
+    missing = layout_missing((ROOT / "docs" / "layout.md").read_text(encoding="utf-8"), modules)
+    assert not missing, f"docs/layout.md names none of: {missing}"
 
 
 def history_of(text: str) -> list[str]:
