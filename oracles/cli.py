@@ -3,7 +3,14 @@ faults``.
 
 Each subcommand lives in its own module and is imported only when called, so ``oracles receipts``
 never imports torch. Pins and token ids are looked up in the project of the current folder (its
-pytest ini file's ``oracles_pins`` / ``oracles_records``: :mod:`oracles.pins.project`), then the built-in ones.
+pytest ini file's ``oracles_pins`` / ``oracles_records``: :mod:`oracles.pins.project`), then the built-in ones;
+``--pins-dir`` / ``--records-dir`` name other folders for one call (where ``oracles pin`` and ``oracles
+records`` write), e.g. the package's own::
+
+    oracles --records-dir oracles/builtin/records records d1 --pin smollm2-135m-instruct
+
+The command opens its own :class:`~oracles.pins.project.Project` and enters it only while the subcommand
+runs, so a call from inside a test session leaves that session's stores as they were.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ import argparse
 import importlib
 import os
 import sys
+from pathlib import Path
 from typing import Callable
 
 from oracles.errors import OracleError
@@ -31,7 +39,18 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run ``oracles COMMAND ...`` (``argv``: the words after the program name, default ``sys.argv[1:]``).
+
+    Returns the exit status: 0 done, 1 a check failed (the commands that judge), 2 bad input (one line
+    on stderr naming file, record, field or option), :data:`BROKEN_PIPE` when stdout's reader went away.
+    """
     parser = argparse.ArgumentParser(prog="oracles", description="numerical reference oracles for LLM conversions")
+    parser.add_argument("--pins-dir", type=Path, default=None, metavar="DIR",
+                        help="the project's pins folder for this call, before the built-in pins; default: the ini "
+                             "file's oracles_pins (fixtures/pins)")
+    parser.add_argument("--records-dir", type=Path, default=None, metavar="DIR",
+                        help="the project's records folder for this call, before the built-in records; default: the "
+                             "ini file's oracles_records (fixtures/records)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     runners: dict[str, Callable[[argparse.Namespace], int]] = {}
     argv = sys.argv[1:] if argv is None else argv
@@ -42,11 +61,14 @@ def main(argv: list[str] | None = None) -> int:
             module.add_arguments(sp)
             runners[name] = module.run
     args = parser.parse_args(argv)
-    from oracles.pins.project import project_dirs, use_project
+    from oracles.pins.project import Project, ProjectDirs, project_dirs
 
-    use_project(project_dirs())
+    found = project_dirs()
+    dirs = ProjectDirs(pins=(args.pins_dir or found.pins).resolve(), records=(args.records_dir or found.records).resolve(),
+                       ini=found.ini)
     try:
-        status = runners[args.command](args)
+        with Project.open(dirs).entered():
+            status = runners[args.command](args)
         sys.stdout.flush()  # a closed pipe shows here, inside the handler, not at interpreter exit
         return status
     except OracleError as exc:

@@ -23,7 +23,7 @@ import oracles.pins.pin as pins
 from oracles.errors import PinError
 from oracles.families import DEFAULT_PIN
 from oracles.families.records import RECORDS, TOKENIZER_COPIES
-from oracles.pins.pin import load_pin
+from oracles.pins.pin import PinStore, load_pin
 from oracles.pins.writer import LineProgress, Snapshot, hash_files, progress_for
 
 pytestmark = pytest.mark.dry
@@ -82,11 +82,11 @@ def test_pin_records_every_file_header_class_and_versions(pin_project: Path, sna
     assert pin.trained and not pin.untrained and pin.modality == "text"
 
 
-def test_untrained_flag_is_written_and_read(pin_project: Path, snapshot: Path, oracles_cli: Any) -> None:
+def test_untrained_flag_is_written_and_read(pin_project: Path, snapshot: Path, oracles_cli: Any, project_pins: PinStore) -> None:
     assert oracles_cli("pin", "rand", "--from", str(snapshot), "--untrained")[0] == 0
     obj = json.loads((pin_project / "fixtures" / "pins" / "rand.json").read_text())
     assert obj["trained"] is False
-    pin = load_pin("rand")
+    pin = load_pin("rand", project_pins)
     assert pin.untrained and not pin.trained
 
 
@@ -135,10 +135,11 @@ def test_a_name_that_is_no_file_stem_is_refused(pin_project: Path, snapshot: Pat
     assert status == 2 and "use letters, digits, '.', '_' and '-'" in error_line(err)
 
 
-def test_local_pin_is_verified_in_place(pin_project: Path, snapshot: Path, tmp_path: Path, oracles_cli: Any) -> None:
+def test_local_pin_is_verified_in_place(pin_project: Path, snapshot: Path, tmp_path: Path, oracles_cli: Any,
+                                        project_pins: PinStore) -> None:
     """``oracles materialize`` of a local pin builds nothing: it verifies the pinned folder itself."""
     assert oracles_cli("pin", "tiny", "--from", str(snapshot))[0] == 0
-    assert pins.snapshot_dir(load_pin("tiny")) == snapshot.resolve()
+    assert pins.snapshot_dir(load_pin("tiny", project_pins)) == snapshot.resolve()
     status, out, _ = oracles_cli("materialize", "tiny")
     result = json.loads(out)
     assert status == 0 and result["root"] == str(snapshot.resolve()) and result["built"] is False
@@ -157,14 +158,15 @@ def test_snapshot_changed_since_pinned_is_one_line(pin_project: Path, snapshot: 
 
 
 @pytest.mark.parametrize("family", ["mtplx", "d1"])
-def test_records_right_after_pin(pin_project: Path, snapshot: Path, oracles_cli: Any, family: str) -> None:
+def test_records_right_after_pin(pin_project: Path, snapshot: Path, oracles_cli: Any, family: str,
+                                 project_pins: PinStore) -> None:
     """The pin's tokenizer is SmolLM2's: the ids ``oracles records`` writes for it are the built-in ones."""
     assert oracles_cli("pin", "tiny", "--from", str(snapshot))[0] == 0
     status, out, _ = oracles_cli("records", family, "--pin", "tiny")
     assert status == 0, out
     written = json.loads((pin_project / "fixtures" / "records" / family / "tokens" / "tiny.json").read_text())
     builtin = json.loads((RECORDS / family / "tokens" / f"{DEFAULT_PIN}.json").read_text())
-    assert written["tokenizer_sha256"] == load_pin("tiny").tokenizer_sha256 == builtin["tokenizer_sha256"]
+    assert written["tokenizer_sha256"] == load_pin("tiny", project_pins).tokenizer_sha256 == builtin["tokenizer_sha256"]
     assert written["pin"] == "tiny" and set(written) == set(builtin)
     assert {k: v for k, v in written.items() if k not in ("pin", "generated_by")} == {
         k: v for k, v in builtin.items() if k not in ("pin", "generated_by")}
@@ -194,12 +196,13 @@ def test_progress_falls_back_to_lines_without_tqdm(monkeypatch: pytest.MonkeyPat
                                                                   "a 64-hex 'sha256'"),
     (lambda o: o.pop("source"), "field 'source' is missing or not a str"),
 ], ids=["header-digest", "trained", "file-digest", "source"])
-def test_bad_pin_file_is_one_line(pin_project: Path, snapshot: Path, oracles_cli: Any, change: Any, message: str) -> None:
+def test_bad_pin_file_is_one_line(pin_project: Path, snapshot: Path, oracles_cli: Any, change: Any, message: str,
+                                  project_pins: PinStore) -> None:
     assert oracles_cli("pin", "tiny", "--from", str(snapshot))[0] == 0
     path = pin_project / "fixtures" / "pins" / "tiny.json"
     obj = json.loads(path.read_text())
     change(obj)
     path.write_text(json.dumps(obj))
     with pytest.raises(PinError) as err:
-        load_pin("tiny")
+        load_pin("tiny", project_pins)
     assert str(err.value) == f"{path}: {message}"
