@@ -114,7 +114,7 @@ def idle(pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 
 def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    return pytester.runpytest("--pin", "tiny", "--receipts-dir=receipts", "-p", "no:randomly", *args)
+    return pytester.runpytest("--pin", "tiny", "--receipts-dir=receipts", *args)
 
 
 def test_a_port_whose_every_test_skipped_is_not_all_ok(pytester: pytest.Pytester, idle: Path,
