@@ -44,19 +44,19 @@ def main(argv: list[str] | None = None) -> int:
     Returns the exit status: 0 done, 1 a check failed (the commands that judge), 2 bad input (one line
     on stderr naming file, record, field or option), :data:`BROKEN_PIPE` when stdout's reader went away.
     """
-    parser = argparse.ArgumentParser(prog="oracles", description="numerical reference oracles for LLM conversions")
-    parser.add_argument("--pins-dir", type=Path, default=None, metavar="DIR",
-                        help="the project's pins folder for this call, before the built-in pins; default: the ini "
-                             "file's oracles_pins (fixtures/pins)")
-    parser.add_argument("--records-dir", type=Path, default=None, metavar="DIR",
-                        help="the project's records folder for this call, before the built-in records; default: the "
-                             "ini file's oracles_records (fixtures/records)")
+    # No abbreviations: ``--pin`` of a command is not ``--pins-dir``.
+    parser = argparse.ArgumentParser(prog="oracles", description="numerical reference oracles for LLM conversions",
+                                     allow_abbrev=False)
+    _add_folders(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     runners: dict[str, Callable[[argparse.Namespace], int]] = {}
     argv = sys.argv[1:] if argv is None else argv
+    folders = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    _add_folders(folders)
+    words = folders.parse_known_args(argv)[1]  # the command's name comes after the folder options
     for name, (module_name, text) in COMMANDS.items():
         sp = sub.add_parser(name, help=text, description=text)
-        if argv and argv[0] == name:  # import only the module that runs
+        if words and words[0] == name:  # import only the module that runs
             module = importlib.import_module(module_name)
             module.add_arguments(sp)
             runners[name] = module.run
@@ -76,6 +76,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except BrokenPipeError:
         return _reader_went_away()
+
+
+def _add_folders(parser: argparse.ArgumentParser) -> None:
+    """The options before COMMAND: the project's folders for this call."""
+    parser.add_argument("--pins-dir", type=Path, default=None, metavar="DIR",
+                        help="the project's pins folder for this call, before the built-in pins; default: the ini "
+                             "file's oracles_pins (fixtures/pins)")
+    parser.add_argument("--records-dir", type=Path, default=None, metavar="DIR",
+                        help="the project's records folder for this call, before the built-in records; default: the "
+                             "ini file's oracles_records (fixtures/records)")
 
 
 #: Exit status when the reader of stdout closed it (``oracles receipts | head``): 128 + SIGPIPE, what a

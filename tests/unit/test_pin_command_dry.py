@@ -172,6 +172,38 @@ def test_records_right_after_pin(pin_project: Path, snapshot: Path, oracles_cli:
         k: v for k, v in builtin.items() if k not in ("pin", "generated_by")}
 
 
+def test_the_command_leaves_the_callers_stores_as_they_were(pin_project: Path, snapshot: Path,
+                                                            oracles_cli: Any) -> None:
+    """The command opens its project's stores for its own call only: a test that ran it reads its own
+    stores after, with nothing to put back."""
+    import oracles.engines
+    from oracles.errors import PinError
+    from oracles.families.records import records_store
+    from oracles.pins.pin import store
+
+    before = (store(), records_store(), oracles.engines.current())
+    assert oracles_cli("pin", "tiny", "--from", str(snapshot))[0] == 0
+    assert (pin_project / "fixtures" / "pins" / "tiny.json").is_file()
+    assert (store(), records_store(), oracles.engines.current()) == before
+    with pytest.raises(PinError, match="unknown pin 'tiny'"):
+        load_pin("tiny")
+
+
+def test_pins_dir_and_records_dir_name_the_folders_for_one_call(pin_project: Path, snapshot: Path,
+                                                                oracles_cli: Any, tmp_path: Path) -> None:
+    """Where ``oracles pin`` and ``oracles records`` write, named on the command line instead of the
+    ini file's keys (how the package's own records are regenerated: ``--records-dir oracles/builtin/records``)."""
+    pins, records = tmp_path / "elsewhere" / "pins", tmp_path / "elsewhere" / "records"
+    assert oracles_cli("--pins-dir", str(pins), "pin", "tiny", "--from", str(snapshot))[0] == 0
+    status, out, err = oracles_cli("--pins-dir", str(pins), "--records-dir", str(records), "records", "mtplx",
+                                   "--pin", "tiny")
+    assert status == 0, err
+    assert (pins / "tiny.json").is_file() and (records / "mtplx" / "tokens" / "tiny.json").is_file()
+    assert not (pin_project / "fixtures").exists(), "the ini's folders were not written"
+    status, _, err = oracles_cli("records", "mtplx", "--pin", "tiny")  # without the option: the ini's pins
+    assert status == 2 and "unknown pin 'tiny'" in err, err
+
+
 def test_line_progress_names_each_file_and_rate(snapshot: Path) -> None:
     snap = Snapshot(root=snapshot, source="local:x", files=("config.json", "model.safetensors"), model_class="X")
     total = sum((snapshot / f).stat().st_size for f in snap.files)
