@@ -122,3 +122,17 @@ def test_a_pin_is_parsed_once_per_file_version(project: Project) -> None:
     assert path is not None
     os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 1_000_000))
     assert project.pins.load("mine") is not first and project.pins.load("mine") == first  # read again
+
+
+def test_this_repository_keeps_its_own_pins_in_fixtures_as_a_project_does(pytestconfig: pytest.Config) -> None:
+    """pytest.ini names fixtures/ (the design card's top-level folder) for the project's pins and records;
+    the built-in ones are found after it, not through the ini."""
+    from oracles.families.records import RECORDS
+
+    root = Path(__file__).resolve().parents[2]
+    if pytestconfig.rootpath != root:
+        pytest.skip(f"run from another rootdir ({pytestconfig.rootpath}): this repository's ini is not the one read")
+    assert pytestconfig.getini("oracles_pins") == [root / "fixtures" / "pins"]
+    settings = settings_of(pytestconfig)
+    assert settings.pin_store.dirs == (root / "fixtures" / "pins", BUILTIN_PINS)
+    assert settings.project is not None and settings.project.records.dirs == (root / "fixtures" / "records", RECORDS)
