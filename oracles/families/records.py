@@ -39,6 +39,7 @@ class RecordStore:
 
     @classmethod
     def with_project(cls, project_records: Path | None) -> "RecordStore":
+        """The project's folder (when given and different from the built-in one) before the built-in records."""
         dirs = [RECORDS]
         if project_records is not None and project_records.resolve() != RECORDS:
             dirs.insert(0, project_records.resolve())

@@ -45,12 +45,14 @@ PACKAGE = str(Path(__file__).resolve().parents[1])
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    """Register the hooks a project may implement (:mod:`oracles.plugin.hookspecs`)."""
     from oracles.plugin import hookspecs
 
     pluginmanager.add_hookspecs(hookspecs)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    """The option table's options (:mod:`oracles.plugin.options`) and the ini keys."""
     add_options(parser)
     parser.addini("oracles", type="bool", default=False,
                   help="turn pytest-oracles on for this project: receipts, partial logs and the slow gate")
@@ -75,6 +77,7 @@ def session_of(config: pytest.Config) -> OracleSession:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    """The families plugins add, the markers; the session at once where pytest-oracles is on or asked for."""
     if config.hook.pytest_oracles_families.get_hookimpls():
         from oracles.plugin.extend import add_families
 
@@ -92,6 +95,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    """The session leaves its stores, and the families plugins added are taken out again."""
     if (session := config.stash.get(SESSION_KEY, None)) is not None:
         session.close()
     if (added := config.stash.get(ADDED_KEY, None)) is not None:

@@ -104,7 +104,7 @@ class ActiveHooks:
     def _setup_properties(self, item: pytest.Item) -> list[tuple[str, Any]]:
         """The test's family, and the (engine, pin) it runs on: its ``port_id``, else its ``engine_id``,
         else the reference when it asks for the ``reference`` fixture, each only when that engine is one
-        of this session's (a placeholder of a test with nothing to run on is not)."""
+        of the session's (a placeholder of a test with nothing to run on is not)."""
         out: list[tuple[str, Any]] = []
         if (family := item_family(item)) is not None:
             out.append((FAMILY_KEY, family.name))

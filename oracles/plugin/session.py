@@ -57,7 +57,7 @@ class OracleSession:
 
     @property
     def project(self) -> Project:
-        """The stores of this session (pins, records, the engine registry)."""
+        """The stores the session reads (pins, records, the engine registry)."""
         assert self.settings.project is not None  # resolve() always sets it
         return self.settings.project
 

@@ -86,6 +86,8 @@ class RunState:
     @classmethod
     def new(cls, receipts_dir: Path | None, tag: str, deadline: float | None, controller: bool,
             run_id: str | None = None, started_wall: float | None = None) -> "RunState":
+        """A state starting now (or at ``started_wall``, epoch seconds: a worker takes the controller's),
+        under a new run id unless ``run_id`` is given; ``receipts_dir`` None: no receipt is written."""
         started_wall = time.time() if started_wall is None else started_wall
         return cls(run_id=run_id or secrets.token_hex(4), started_wall=started_wall,
                    started=datetime.fromtimestamp(started_wall, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
@@ -95,15 +97,18 @@ class RunState:
     # Computed once: the receipt fixture asks for the staging folder in every test.
     @cached_property
     def stem(self) -> str:
+        """The receipt's file stem, ``<UTC start>-<run id>`` (``20240501T120000Z-0123abcd``)."""
         stamp = datetime.fromtimestamp(self.started_wall, UTC).strftime("%Y%m%dT%H%M%SZ")
         return f"{stamp}-{self.run_id}"
 
     @cached_property
     def folder(self) -> Path | None:
+        """``<receipts dir>/<tag>``, where this run's files go; None without a receipt."""
         return None if self.receipts_dir is None else self.receipts_dir / self.tag
 
     @cached_property
     def staging(self) -> Path | None:
+        """The hidden folder attached arrays are saved in until the sidecar is packed; None without a receipt."""
         return None if self.folder is None else self.folder / f".{self.stem}.arrays"
 
     def open_partial(self, header: dict[str, Any] | None = None) -> None:
@@ -121,6 +126,7 @@ class RunState:
 
     # -- deadline ----------------------------------------------------------------------------
     def past_deadline(self) -> bool:
+        """Whether ``--deadline`` seconds have passed since the run started."""
         return self.deadline is not None and time.time() - self.started_wall > self.deadline
 
     def not_run(self) -> list[str]:
@@ -128,6 +134,7 @@ class RunState:
         return [n for n in self.collected if n not in self.records]
 
     def not_run_reason(self) -> str:
+        """Why a collected test did not run: the deadline passed, or the session ended first."""
         return "deadline passed" if self.past_deadline() else "session ended before it ran"
 
     # -- reports -> records ------------------------------------------------------------------
@@ -295,7 +302,7 @@ def _stash(config: pytest.Config) -> pytest.Stash:
     """``config.stash`` once the session is active.
 
     Raises:
-        LookupError: pytest-oracles is not active in this session (one line saying what activates it).
+        LookupError: pytest-oracles is not active in the pytest session (one line saying what activates it).
     """
     if STATE_KEY not in config.stash:
         raise LookupError("pytest-oracles is not active in this pytest session: no oracles option was given, the "

@@ -166,6 +166,7 @@ class ArraySource:
         self.keys = self._keys()
 
     def describe(self) -> str:
+        """Where the arrays are, for messages: the sidecar, the staging folder, or that there is neither."""
         return str(self.npz or self.folder or "no npz sidecar or staging folder beside it")
 
     def _keys(self) -> set[str]:
