@@ -82,16 +82,16 @@ def project_dirs(start: Path | None = None) -> ProjectDirs:
     return ProjectDirs(pins=pick[PINS_KEY], records=pick[RECORDS_KEY], ini=ini)
 
 
-@dataclass(frozen=True)
 class Project:
     """The stores of one run: ``pins`` and ``records`` (the project's folder, then the built-in one)
     and ``engines`` (the built-in adapters and the entry points, read once); ``dirs``: where the
-    project's folders are."""
+    project's folders are. (A plain class: this module is imported in every pytest run, and a
+    dataclass costs about a millisecond to make.)"""
 
-    dirs: ProjectDirs
-    pins: "PinStore"
-    records: "RecordStore"
-    engines: "Registry"
+    __slots__ = ("dirs", "pins", "records", "engines")
+
+    def __init__(self, dirs: ProjectDirs, pins: "PinStore", records: "RecordStore", engines: "Registry") -> None:
+        self.dirs, self.pins, self.records, self.engines = dirs, pins, records, engines
 
     @classmethod
     def open(cls, dirs: ProjectDirs) -> "Project":

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple
 
 import pytest
 
@@ -27,8 +26,7 @@ if TYPE_CHECKING:
 TAG = re.compile(r"[A-Za-z0-9._-]+")
 
 
-@dataclass(frozen=True)
-class Resolving:
+class Resolving(NamedTuple):
     """What a parser may read: the fields parsed before it (table order) and the run's stores."""
 
     fields: Mapping[str, Any]
@@ -39,8 +37,7 @@ class Resolving:
 Parser = Callable[[Any, Resolving], Mapping[str, Any]]
 
 
-@dataclass(frozen=True)
-class Option:
+class Option(NamedTuple):
     """One option: ``flag`` (``--pin``), ``default`` (the typed value when not given), ``help``.
 
     ``action``/``type``/``choices``/``metavar``: as argparse takes them. ``enables``: a value turns
@@ -49,6 +46,9 @@ class Option:
     default activates the session at configure (a bad value is refused before any test). ``path``: the
     value is a path (see :func:`check_path_words`). ``parse``: value -> fields (default: the value
     itself under :attr:`dest`). ``shown``: the help's default in words, where ``default`` is no value.
+
+    A named tuple, not a dataclass: the table is built in every pytest run, and making a dataclass
+    costs about a millisecond here (the off path's budget: bench/plugin_overhead.py).
     """
 
     flag: str
