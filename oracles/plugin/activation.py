@@ -35,6 +35,7 @@ class ActiveHooks:
 
     def __init__(self, settings: Settings, state: RunState) -> None:
         self.settings, self.state = settings, state
+        self.engines = frozenset(settings.engines)  # asked at every test's set-up
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
@@ -113,7 +114,7 @@ class ActiveHooks:
         if engine is None and "reference" in getattr(item, "fixturenames", ()):
             engine = self.settings.reference
         pin = params.get("pin")
-        if isinstance(engine, str) and isinstance(pin, str) and engine in self.settings.engines:
+        if isinstance(engine, str) and isinstance(pin, str) and engine in self.engines:
             out.append((ENGINE_KEY, [engine, pin]))
         return out
 
