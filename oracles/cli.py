@@ -3,7 +3,14 @@ faults``.
 
 Each subcommand lives in its own module and is imported only when called, so ``oracles receipts``
 never imports torch. Pins and token ids are looked up in the project of the current folder (its
-pytest ini file's ``oracles_pins`` / ``oracles_records``: :mod:`oracles.pins.project`), then the built-in ones.
+pytest ini file's ``oracles_pins`` / ``oracles_records``: :mod:`oracles.pins.project`), then the built-in ones;
+``--pins-dir`` / ``--records-dir`` name other folders for one call (where ``oracles pin`` and ``oracles
+records`` write), e.g. the package's own::
+
+    oracles --records-dir oracles/builtin/records records d1 --pin smollm2-135m-instruct
+
+The command opens its own :class:`~oracles.pins.project.Project` and enters it only while the subcommand
+runs, so a call from inside a test session leaves that session's stores as they were.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ import argparse
 import importlib
 import os
 import sys
+from pathlib import Path
 from typing import Callable
 
 from oracles.errors import OracleError
@@ -31,22 +39,36 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="oracles", description="numerical reference oracles for LLM conversions")
+    """Run ``oracles COMMAND ...`` (``argv``: the words after the program name, default ``sys.argv[1:]``).
+
+    Returns the exit status: 0 done, 1 a check failed (the commands that judge), 2 bad input (one line
+    on stderr naming file, record, field or option), :data:`BROKEN_PIPE` when stdout's reader went away.
+    """
+    # No abbreviations: ``--pin`` of a command is not ``--pins-dir``.
+    parser = argparse.ArgumentParser(prog="oracles", description="numerical reference oracles for LLM conversions",
+                                     allow_abbrev=False)
+    _add_folders(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     runners: dict[str, Callable[[argparse.Namespace], int]] = {}
     argv = sys.argv[1:] if argv is None else argv
+    folders = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    _add_folders(folders)
+    words = folders.parse_known_args(argv)[1]  # the command's name comes after the folder options
     for name, (module_name, text) in COMMANDS.items():
         sp = sub.add_parser(name, help=text, description=text)
-        if argv and argv[0] == name:  # import only the module that runs
+        if words and words[0] == name:  # import only the module that runs
             module = importlib.import_module(module_name)
             module.add_arguments(sp)
             runners[name] = module.run
     args = parser.parse_args(argv)
-    from oracles.pins.project import project_dirs, use_project
+    from oracles.pins.project import Project, ProjectDirs, project_dirs
 
-    use_project(project_dirs())
+    found = project_dirs()
+    dirs = ProjectDirs(pins=(args.pins_dir or found.pins).resolve(), records=(args.records_dir or found.records).resolve(),
+                       ini=found.ini)
     try:
-        status = runners[args.command](args)
+        with Project.open(dirs).entered():
+            status = runners[args.command](args)
         sys.stdout.flush()  # a closed pipe shows here, inside the handler, not at interpreter exit
         return status
     except OracleError as exc:
@@ -54,6 +76,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except BrokenPipeError:
         return _reader_went_away()
+
+
+def _add_folders(parser: argparse.ArgumentParser) -> None:
+    """The options before COMMAND: the project's folders for this call."""
+    parser.add_argument("--pins-dir", type=Path, default=None, metavar="DIR",
+                        help="the project's pins folder for this call, before the built-in pins; default: the ini "
+                             "file's oracles_pins (fixtures/pins)")
+    parser.add_argument("--records-dir", type=Path, default=None, metavar="DIR",
+                        help="the project's records folder for this call, before the built-in records; default: the "
+                             "ini file's oracles_records (fixtures/records)")
 
 
 #: Exit status when the reader of stdout closed it (``oracles receipts | head``): 128 + SIGPIPE, what a

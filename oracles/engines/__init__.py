@@ -3,13 +3,18 @@
 :class:`oracles.engines.base.Engine` whose ``id`` is ``name``). An engine is built as
 ``Class(root: Path, pin: str, threads: int)``.
 
+A :class:`Registry` is a value: the test session and the ``oracles`` command each make one
+(:class:`oracles.pins.project.Project`) and pass it where engines are resolved; the entry points are
+read once per registry, each class imported once per registry. The module functions
+(:func:`engine_class`, :func:`unavailable_reason`, ...) answer from the registry of the run in
+progress (:func:`current`), or from a fresh one outside any run.
+
 Resolving an id imports the adapter's module, which is light: adapters import their framework when an
 engine is built, so ``unavailable_reason`` (a classmethod) answers without torch or mlx.
 """
 
 from __future__ import annotations
 
-import functools
 import importlib
 import importlib.metadata
 from typing import TYPE_CHECKING
@@ -29,95 +34,146 @@ BUILTIN: dict[str, str] = {
 GROUP = "oracles.engines"
 
 
-@functools.lru_cache(maxsize=1)
+class Registry:
+    """Engine id -> ``"module:Class"`` of one run, and the classes resolved from it (each imported once).
+
+    ``Registry()`` reads :data:`BUILTIN` and the entry points of :data:`GROUP` now (an entry point may
+    add an id, never replace a built-in one); ``Registry(table)`` takes ``table`` as it is.
+    """
+
+    def __init__(self, table: dict[str, str] | None = None) -> None:
+        if table is None:
+            table = dict(BUILTIN)
+            for ep in importlib.metadata.entry_points(group=GROUP):
+                table.setdefault(ep.name, ep.value)
+        self.table = table
+        self._classes: dict[str, type[Engine] | str] = {}
+
+    def load(self, engine_id: str) -> "type[Engine] | str":
+        """The class of ``engine_id``, or a one-line reason it cannot be had (unknown, import failed,
+        not an Engine, an id other than its name)."""
+        if engine_id not in self._classes:
+            self._classes[engine_id] = self._import(engine_id)
+        return self._classes[engine_id]
+
+    def _import(self, engine_id: str) -> "type[Engine] | str":
+        from oracles.engines.base import Engine
+
+        if engine_id not in self.table:
+            return f"unknown engine {engine_id!r}; known: {', '.join(sorted(self.table))}"
+        where = self.table[engine_id]
+        module, _, name = where.partition(":")
+        origin = "built-in" if engine_id in BUILTIN else f"entry point {GROUP}:{engine_id}"
+        try:
+            cls = getattr(importlib.import_module(module), name)
+        except Exception as exc:  # noqa: BLE001 - a plugged engine's import error, named in one line
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            return f"{origin} {where} cannot be imported: {type(exc).__name__}: {first}"
+        if not (isinstance(cls, type) and issubclass(cls, Engine)):
+            return f"{origin} {where} is not a subclass of oracles.engines.base.Engine"
+        if cls.id != engine_id:
+            return f"{origin} {where} has id {cls.id!r}, not its entry-point name {engine_id!r}"
+        return cls
+
+    def unavailable_reason(self, engine_id: str) -> str | None:
+        """Why ``engine_id`` cannot run here (:meth:`load`'s reason, or the class's own
+        ``unavailable_reason()``), else None."""
+        cls = self.load(engine_id)
+        return cls if isinstance(cls, str) else cls.unavailable_reason()
+
+    def engine_class(self, engine_id: str) -> "type[Engine]":
+        """The adapter class of ``engine_id``.
+
+        Raises:
+            OracleError: ``"engine 'ID': <reason>"``, the id cannot be resolved.
+        """
+        cls = self.load(engine_id)
+        if isinstance(cls, str):
+            raise OracleError(f"engine {engine_id!r}: {cls}")
+        return cls
+
+    def plugged_errors(self) -> dict[str, str]:
+        """Entry-point engines that cannot be used (import error, wrong class or id), with the reason."""
+        return {engine_id: reason for engine_id in self.table
+                if engine_id not in BUILTIN and isinstance(reason := self.load(engine_id), str)}
+
+    def resolve_ports(self, value: str, reference: str) -> list[str]:
+        """``--port`` -> engine ids.
+
+        ``none``: no port. ``auto``: every registered engine (built-in or plugged) other than the
+        reference that can run here. Otherwise a comma-separated list, each of which must run here.
+
+        Raises:
+            OracleError: ``"--port 'ID': ..."``, a named engine that is unknown or cannot run here (why).
+        """
+        if value == "none":
+            return []
+        if value == "auto":
+            return [e for e in self.table if e != reference and self.unavailable_reason(e) is None]
+        out: list[str] = []
+        for engine_id in (v.strip() for v in value.split(",")):
+            if not engine_id or engine_id == reference or engine_id in out:
+                continue
+            if engine_id not in self.table:
+                raise OracleError(f"--port {engine_id!r}: unknown engine; known: {', '.join(sorted(self.table))}")
+            if (reason := self.unavailable_reason(engine_id)) is not None:
+                raise OracleError(f"--port {engine_id!r}: engine cannot run here: {reason}; drop it, or use --port "
+                                  "auto to run the ports that can")
+            out.append(engine_id)
+        return out
+
+
+#: The registries of the runs in progress, innermost last (:func:`entered`); a run nested in another
+#: (an in-process pytester session, the ``oracles`` command called from a test) sees its own.
+_RUNS: list[Registry] = []
+
+
+def entered(registry: Registry) -> None:
+    """Make ``registry`` the one the module functions answer from, until :func:`left`."""
+    _RUNS.append(registry)
+
+
+def left(registry: Registry) -> None:
+    """Undo :func:`entered` of ``registry`` (a run that ends); a registry not entered is ignored."""
+    for i in range(len(_RUNS) - 1, -1, -1):
+        if _RUNS[i] is registry:
+            del _RUNS[i]
+            return
+
+
+def current() -> Registry:
+    """The registry of the run in progress, else a fresh one (entry points read now, nothing kept)."""
+    return _RUNS[-1] if _RUNS else Registry()
+
+
 def registry() -> dict[str, str]:
-    """Engine id -> ``"module:Class"``: the built-ins, then entry points (which may add ids, not replace one)."""
-    out = dict(BUILTIN)
-    for ep in importlib.metadata.entry_points(group=GROUP):
-        out.setdefault(ep.name, ep.value)
-    return out
-
-
-@functools.cache
-def _load(engine_id: str) -> "type[Engine] | str":
-    """The class of ``engine_id``, or a one-line reason it cannot be had (unknown, import failed, wrong class)."""
-    from oracles.engines.base import Engine
-
-    table = registry()
-    if engine_id not in table:
-        return f"unknown engine {engine_id!r}; known: {', '.join(sorted(table))}"
-    where = table[engine_id]
-    module, _, name = where.partition(":")
-    origin = "built-in" if engine_id in BUILTIN else f"entry point {GROUP}:{engine_id}"
-    try:
-        cls = getattr(importlib.import_module(module), name)
-    except Exception as exc:  # noqa: BLE001 - a plugged engine's import error, named in one line
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        return f"{origin} {where} cannot be imported: {type(exc).__name__}: {first}"
-    if not (isinstance(cls, type) and issubclass(cls, Engine)):
-        return f"{origin} {where} is not a subclass of oracles.engines.base.Engine"
-    if cls.id != engine_id:
-        return f"{origin} {where} has id {cls.id!r}, not its entry-point name {engine_id!r}"
-    return cls
+    """Engine id -> ``"module:Class"`` of :func:`current`."""
+    return current().table
 
 
 def unavailable_reason(engine_id: str) -> str | None:
-    """Why ``engine_id`` cannot run here (unknown, not importable, not an Engine, an id that is not its
-    name, or its own ``unavailable_reason()``), else None."""
-    cls = _load(engine_id)
-    if isinstance(cls, str):
-        return cls
-    return cls.unavailable_reason()
+    """:meth:`Registry.unavailable_reason` of :func:`current`."""
+    return current().unavailable_reason(engine_id)
 
 
 def engine_class(engine_id: str) -> "type[Engine]":
-    """The adapter class of ``engine_id``.
+    """:meth:`Registry.engine_class` of :func:`current`.
 
     Raises:
         OracleError: the id cannot be resolved (the reason named).
     """
-    cls = _load(engine_id)
-    if isinstance(cls, str):
-        raise OracleError(f"engine {engine_id!r}: {cls}")
-    return cls
-
-
-def forget() -> None:
-    """Drop the resolved registry and classes (a new session, which may see other entry points)."""
-    registry.cache_clear()
-    _load.cache_clear()
+    return current().engine_class(engine_id)
 
 
 def plugged_errors() -> dict[str, str]:
-    """Entry-point engines that cannot be used (import error, wrong class or id), with the reason."""
-    out = {}
-    for engine_id in registry():
-        if engine_id not in BUILTIN and isinstance(reason := _load(engine_id), str):
-            out[engine_id] = reason
-    return out
+    """:meth:`Registry.plugged_errors` of :func:`current`."""
+    return current().plugged_errors()
 
 
 def resolve_ports(value: str, reference: str) -> list[str]:
-    """``--port`` -> engine ids.
-
-    ``none``: no port. ``auto``: every registered engine (built-in or plugged) other than the reference
-    that can run here. Otherwise a comma-separated list, each of which must run here.
+    """:meth:`Registry.resolve_ports` of :func:`current`.
 
     Raises:
-        OracleError: a named engine that cannot run here (unknown, not importable, unavailable), with why.
+        OracleError: as :meth:`Registry.resolve_ports`.
     """
-    if value == "none":
-        return []
-    if value == "auto":
-        return [e for e in registry() if e != reference and unavailable_reason(e) is None]
-    out = []
-    for engine_id in (v.strip() for v in value.split(",")):
-        if not engine_id or engine_id == reference or engine_id in out:
-            continue
-        if engine_id not in registry():
-            raise OracleError(f"--port {engine_id!r}: unknown engine; known: {', '.join(sorted(registry()))}")
-        if (reason := unavailable_reason(engine_id)) is not None:
-            raise OracleError(f"--port {engine_id!r}: engine cannot run here: {reason}; drop it, or use --port auto "
-                              "to run the ports that can")
-        out.append(engine_id)
-    return out
+    return current().resolve_ports(value, reference)

@@ -7,8 +7,8 @@ tokenizer and chat template of the pin a test runs on. They are kept per tokeniz
 :attr:`~oracles.pins.pin.Pin.tokenizer_sha256` of the pin that wrote it, so every pin with the same
 tokenizer files reads the same ids. ``oracles records FAMILY --pin NAME`` writes one from the tokenizer
 alone. The records folders are the project's (pytest ini option ``oracles_records``, default
-``fixtures/records`` beside the ini file), then the built-in ones; :func:`use_records` makes the store
-the plugin and the ``oracles`` command read.
+``fixtures/records`` beside the ini file), then the built-in ones: a :class:`RecordStore` the test
+session and the ``oracles`` command each make and enter for their run (:func:`entered`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from oracles.errors import FixtureError, TokensMissing
 from oracles.receipts.files import load_json
 
 if TYPE_CHECKING:
-    from oracles.pins.pin import Pin
+    from oracles.pins.pin import Pin, PinStore
 
 BUILTIN = Path(__file__).resolve().parents[1] / "builtin"
 RECORDS = BUILTIN / "records"
@@ -39,6 +39,7 @@ class RecordStore:
 
     @classmethod
     def with_project(cls, project_records: Path | None) -> "RecordStore":
+        """The project's folder (when given and different from the built-in one) before the built-in records."""
         dirs = [RECORDS]
         if project_records is not None and project_records.resolve() != RECORDS:
             dirs.insert(0, project_records.resolve())
@@ -76,28 +77,43 @@ def _tokens_doc(path: Path, _mtime: int) -> dict[str, Any]:
     return doc
 
 
-_STORE: list[RecordStore] = [RecordStore((RECORDS,))]
+#: The built-in records alone: where token ids are looked up outside any run.
+BUILTIN_RECORDS = RecordStore((RECORDS,))
+#: The stores of the runs in progress, innermost last (:func:`entered`); a run nested in another (an
+#: in-process pytester session, the ``oracles`` command called from a test) sees its own.
+_RUNS: list[RecordStore] = []
 
 
-def use_records(store: RecordStore) -> None:
-    """Make ``store`` the one token ids are read from (the plugin at configure, the CLI at start)."""
-    _STORE[0] = store
+def entered(store: RecordStore) -> None:
+    """Make ``store`` the one token ids are read from by default, until :func:`left`."""
+    _RUNS.append(store)
+
+
+def left(store: RecordStore) -> None:
+    """Undo :func:`entered` of ``store`` (a run that ends); a store not entered is ignored."""
+    for i in range(len(_RUNS) - 1, -1, -1):
+        if _RUNS[i] is store:
+            del _RUNS[i]
+            return
 
 
 def records_store() -> RecordStore:
-    """The store token ids are read from (:func:`use_records`)."""
-    return _STORE[0]
+    """The store of the run in progress (its project's records, then the built-in ones), else
+    :data:`BUILTIN_RECORDS`."""
+    return _RUNS[-1] if _RUNS else BUILTIN_RECORDS
 
 
-def family_tokens(family: str, pin_name: str) -> dict[str, Any]:
-    """The tokens document of ``family`` for pin ``pin_name`` (loaded from the active pin store).
+def family_tokens(family: str, pin_name: str, where: RecordStore | None = None,
+                  pins: "PinStore | None" = None) -> dict[str, Any]:
+    """The tokens document of ``family`` for pin ``pin_name``: looked up in ``where`` (default
+    :func:`records_store`), the pin in ``pins`` (default :func:`oracles.pins.pin.store`).
 
     Raises:
         TokensMissing, FixtureError, PinError: see :meth:`RecordStore.tokens` and :func:`oracles.pins.pin.load_pin`.
     """
     from oracles.pins.pin import load_pin
 
-    return records_store().tokens(family, load_pin(pin_name))[1]
+    return (where or records_store()).tokens(family, load_pin(pin_name, pins))[1]
 
 
 def canonical_json(obj: Any) -> str:

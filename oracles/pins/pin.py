@@ -14,13 +14,13 @@ Verification reads every pinned file's bytes once and compares size and sha256, 
 
 Pins are looked up in a :class:`PinStore`: the project's pins folder (pytest ini option ``oracles_pins``,
 default ``fixtures/pins`` beside the ini file), then the built-in pins that ship in the package. The
-plugin and the ``oracles`` command each make the store once (:func:`use_store`); everything that loads
-a pin by name reads that store.
+test session and the ``oracles`` command each make their store once and enter it for their run
+(:func:`entered`); a pin loaded by name without a store is looked up in the store of the run in
+progress (:func:`store`).
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -29,7 +29,7 @@ import os
 import re
 import struct
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -127,9 +127,15 @@ class Pin:
 
 @dataclass(frozen=True)
 class PinStore:
-    """The folders pins are found in, searched in order: the project's, then the built-in ones."""
+    """The folders pins are found in, searched in order: the project's, then the built-in ones.
+
+    A store is a value held by the run that reads it (the test session, the ``oracles`` command:
+    :class:`oracles.pins.project.Project`); it keeps each pin it parsed, keyed by file and
+    modification time, so a pin asked for by name many times in a run is read once.
+    """
 
     dirs: tuple[Path, ...]
+    _parsed: dict[tuple[Path, int], "Pin"] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     @classmethod
     def with_project(cls, project_pins: Path | None) -> "PinStore":
@@ -148,30 +154,60 @@ class PinStore:
         return sorted({p.stem for d in self.dirs if d.is_dir() for p in d.glob("*.json")})
 
     def describe(self) -> str:
+        """The folders, in search order, as one phrase (``A then B``) for messages."""
         return " then ".join(str(d) for d in self.dirs)
 
+    def load(self, name: str) -> "Pin":
+        """Pin ``name`` from the first folder that has it, parsed once per file version.
 
-_STORE: list[PinStore] = [PinStore((BUILTIN_PINS,))]
+        Raises:
+            PinError: unknown name (listing the known ones and the folders searched), or a malformed
+                file naming path and field.
+            FixtureError: the file is not valid JSON (path, line and column).
+        """
+        path = self.path(name)
+        if path is None:
+            raise PinError(f"unknown pin {name!r}: no {name}.json in {self.describe()}; "
+                           f"known pins: {', '.join(self.names()) or 'none'}")
+        key = (path, path.stat().st_mtime_ns)
+        if key not in self._parsed:
+            self._parsed[key] = _load_file(path)
+        return self._parsed[key]
 
 
-def use_store(store: PinStore) -> None:
-    """Make ``store`` the one pins are loaded from by name (the plugin at configure, the CLI at start)."""
-    _STORE[0] = store
+#: The built-in pins alone: what a name is looked up in outside any run.
+BUILTIN_STORE = PinStore((BUILTIN_PINS,))
+#: The stores of the runs in progress, innermost last (:func:`entered`); a run nested in another (an
+#: in-process pytester session, the ``oracles`` command called from a test) sees its own.
+_RUNS: list[PinStore] = []
+
+
+def entered(where: PinStore) -> None:
+    """Make ``where`` the store names are looked up in by default, until :func:`left`."""
+    _RUNS.append(where)
+
+
+def left(where: PinStore) -> None:
+    """Undo :func:`entered` of ``where`` (a run that ends); a store not entered is ignored."""
+    for i in range(len(_RUNS) - 1, -1, -1):
+        if _RUNS[i] is where:
+            del _RUNS[i]
+            return
 
 
 def store() -> PinStore:
-    """The store pins are loaded from by name (:func:`use_store`)."""
-    return _STORE[0]
+    """The store of the run in progress (its project's pins, then the built-in ones), else
+    :data:`BUILTIN_STORE`."""
+    return _RUNS[-1] if _RUNS else BUILTIN_STORE
 
 
 def available_pins() -> list[str]:
-    """Every pin name of the active store."""
+    """Every pin name of :func:`store`."""
     return store().names()
 
 
 def load_pin(name_or_path: str | Path, where: PinStore | None = None) -> Pin:
-    """Read and validate a pin file by name (in ``where``, default the active :class:`PinStore`) or by
-    path (``*.json``).
+    """Read and validate a pin file by name (in ``where``, default :func:`store`) or by path (``*.json``).
 
     Raises:
         PinError: unknown name (listing the known ones and the folders searched), or a malformed file
@@ -180,15 +216,7 @@ def load_pin(name_or_path: str | Path, where: PinStore | None = None) -> Pin:
     """
     if Path(name_or_path).suffix == ".json":
         return _load_file(Path(name_or_path))
-    return _load_named(str(name_or_path), where or store())
-
-
-def _load_named(name: str, where: PinStore) -> Pin:
-    path = where.path(name)
-    if path is None:
-        raise PinError(f"unknown pin {name!r}: no {name}.json in {where.describe()}; "
-                       f"known pins: {', '.join(where.names()) or 'none'}")
-    return _load_file(path)
+    return (where or store()).load(str(name_or_path))
 
 
 def _load_file(path: Path) -> Pin:
@@ -228,18 +256,13 @@ def _load_file(path: Path) -> Pin:
                trained=trained)
 
 
-@functools.cache
-def _cached_pin(name: str) -> Pin:
-    return load_pin(name)
-
-
 def untrained_reason(name: str, behaviour: str) -> str | None:
-    """:meth:`Pin.untrained_reason` of the pin ``name`` (its file read once per process).
+    """:meth:`Pin.untrained_reason` of the pin ``name`` in :func:`store` (parsed once per run).
 
     Raises:
         PinError: as :func:`load_pin`.
     """
-    return _cached_pin(name).untrained_reason(behaviour)
+    return load_pin(name).untrained_reason(behaviour)
 
 
 def oracles_home() -> Path:
@@ -350,28 +373,10 @@ def verify_snapshot(pin: Pin, root: Path, origin: str | None = None) -> dict[str
             "seconds": round(time.perf_counter() - start, 4)}
 
 
-def parse_snapshot_options(values: list[str], where: PinStore | None = None) -> dict[str, Path]:
-    """``["NAME=PATH", ...]`` from ``--snapshot`` -> {name: path}.
-
-    Raises:
-        PinError: a value without ``=``, a NAME with no pin file (known pins listed), or a PATH that is
-            not an existing folder (a snapshot is the folder holding the pinned files).
-    """
-    out: dict[str, Path] = {}
-    for value in values:
-        name, sep, path = value.partition("=")
-        if not sep or not name or not path:
-            raise PinError(f"--snapshot {value!r}: expected NAME=PATH")
-        pins = where or store()
-        if pins.path(name) is None:
-            raise PinError(f"--snapshot {value!r}: unknown pin {name!r}; known pins: {', '.join(pins.names())}")
-        root = Path(path).expanduser().resolve()
-        if not root.is_dir():
-            what = "is not a folder" if root.exists() else "does not exist"
-            raise PinError(f"--snapshot {value!r}: PATH {root} of pin {name!r} {what}; expected the snapshot folder "
-                           "holding the pinned files")
-        out[name] = root
-    return out
+def pin_names(value: str | None) -> tuple[str, ...]:
+    """A ``--pin`` value (``"a, b"``) as its names in order, each once; None or blank: no names.
+    Also how a receipt's recorded ``invocation.pin`` is read back."""
+    return tuple(dict.fromkeys(p.strip() for p in (value or "").split(",") if p.strip()))
 
 
 def locate_pypi_file(dist: str, version: str | None, filename: str) -> Path:

@@ -7,12 +7,28 @@ the current folder (the first of ``pytest.ini``, ``.pytest.ini``, ``pyproject.to
 ``[tool.pytest.ini_options]`` table, ``tox.ini`` with ``[pytest]``, ``setup.cfg`` with ``[tool:pytest]``,
 in this folder or the nearest parent; pytest's "rootdir and configfile" documentation) and reads the
 same two keys. Without an ini file the folders are taken relative to the current folder.
+
+A :class:`Project` is what one run reads: those folders' pin and record stores (each before the
+built-in one) and the engine registry. The test session and the ``oracles`` command each open one,
+hold it, pass its stores where they are needed, and enter it for the span of the run so that code
+asking by name alone (``load_pin(name)``) reads the same stores; nothing outlives the run.
+
+Imported by the plugin in every pytest run: nothing here imports more than the standard library
+until a project is opened.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from oracles.engines import Registry
+    from oracles.families.records import RecordStore
+    from oracles.pins.pin import PinStore
 
 PINS_KEY, RECORDS_KEY = "oracles_pins", "oracles_records"
 DEFAULTS = {PINS_KEY: "fixtures/pins", RECORDS_KEY: "fixtures/records"}
@@ -66,10 +82,52 @@ def project_dirs(start: Path | None = None) -> ProjectDirs:
     return ProjectDirs(pins=pick[PINS_KEY], records=pick[RECORDS_KEY], ini=ini)
 
 
-def use_project(dirs: ProjectDirs) -> None:
-    """Make the project's folders (then the built-in ones) the stores pins and token ids are read from."""
-    from oracles.families.records import RecordStore, use_records
-    from oracles.pins.pin import PinStore, use_store
+class Project:
+    """The stores of one run: ``pins`` and ``records`` (the project's folder, then the built-in one)
+    and ``engines`` (the built-in adapters and the entry points, read once); ``dirs``: where the
+    project's folders are. (A plain class: this module is imported in every pytest run, and a
+    dataclass costs about a millisecond to make.)"""
 
-    use_store(PinStore.with_project(dirs.pins))
-    use_records(RecordStore.with_project(dirs.records))
+    __slots__ = ("dirs", "pins", "records", "engines")
+
+    def __init__(self, dirs: ProjectDirs, pins: "PinStore", records: "RecordStore", engines: "Registry") -> None:
+        self.dirs, self.pins, self.records, self.engines = dirs, pins, records, engines
+
+    @classmethod
+    def open(cls, dirs: ProjectDirs) -> "Project":
+        """The stores of ``dirs`` (each with the built-in one after it) and a registry read now."""
+        from oracles.engines import Registry
+        from oracles.families.records import RecordStore
+        from oracles.pins.pin import PinStore
+
+        return cls(dirs, PinStore.with_project(dirs.pins), RecordStore.with_project(dirs.records), Registry())
+
+    def enter(self) -> None:
+        """Make these stores the ones a lookup by name alone reads, until :meth:`leave` (a run in
+        progress; a run nested in it enters its own and leaves it again)."""
+        import oracles.engines
+        import oracles.families.records
+        import oracles.pins.pin
+
+        oracles.pins.pin.entered(self.pins)
+        oracles.families.records.entered(self.records)
+        oracles.engines.entered(self.engines)
+
+    def leave(self) -> None:
+        """Undo :meth:`enter` (the run ends); a project not entered is ignored."""
+        import oracles.engines
+        import oracles.families.records
+        import oracles.pins.pin
+
+        oracles.pins.pin.left(self.pins)
+        oracles.families.records.left(self.records)
+        oracles.engines.left(self.engines)
+
+    @contextmanager
+    def entered(self) -> Iterator["Project"]:
+        """``with project.entered():`` :meth:`enter` for the block, :meth:`leave` after it (even on error)."""
+        self.enter()
+        try:
+            yield self
+        finally:
+            self.leave()

@@ -1,82 +1,59 @@
 """pytest hooks and options of pytest-oracles.
 
-Installed, the plugin changes nothing in a project that did not ask for it: it registers its options,
-markers and fixtures (inert until a test asks), and nothing else happens (no receipt, partial log,
-environment variable or terminal section) unless the project's ini file says ``oracles = true`` or the
-run passes a receipt option (``--receipts-dir``, ``--receipt-tag``, ``--resume``). The tests of the
-shipped suite (``oracles.suite``) keep their slow and gpu gates either way.
+Installed, the plugin changes nothing in a project that did not ask for it: it registers its options
+(:mod:`oracles.plugin.options`), hooks (:mod:`oracles.plugin.hookspecs`), markers and fixtures (inert
+until a test asks), and nothing else happens (no receipt, partial log, environment variable or
+terminal section) unless the project's ini file says ``oracles = true`` or the run passes a receipt
+option (``--receipts-dir``, ``--receipt-tag``, ``--resume``). The tests of the shipped suite
+(``oracles.suite``) keep their slow and gpu gates either way.
 
-What a session does once in use lives in :mod:`oracles.plugin.activation`, imported and registered only
-then (:func:`oracles.plugin.activation.activate`): a run that never asks for pytest-oracles imports this
-module and :mod:`oracles.families` and runs no hook per test. Imports here stay light (no numpy, no
-torch, transformers or mlx): ``pytest -m dry`` must not load the heavy ones.
+What a session does once in use is one object, :class:`oracles.plugin.session.OracleSession`, made here
+and only here (:func:`session_of`, the first time a hook needs it) and imported only then: a run that
+never asks for pytest-oracles imports this module, its options, hookspecs and :mod:`oracles.families`,
+and runs no hook per test. Each hook below delegates to that object. Imports here stay light (no numpy,
+no torch, transformers or mlx): ``pytest -m dry`` must not load the heavy ones.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from oracles.families import FAMILIES, OTHER_MARKERS
+import oracles.families as families
 from oracles.pins.project import DEFAULTS, PINS_KEY, RECORDS_KEY
+from oracles.plugin.options import add_options, asked, enabled_by_options
+
+if TYPE_CHECKING:
+    from oracles.families import Family
+    from oracles.plugin.session import OracleSession
 
 pytest_plugins = ["oracles.plugin.fixtures"]
 
-#: Set once a session is active (:func:`oracles.plugin.activation.activate`); ENABLED_KEY: pytest-oracles is on.
-ACTIVE_KEY = pytest.StashKey[bool]()
+#: pytest-oracles is on for this run (the ini's ``oracles = true`` or a receipt option).
 ENABLED_KEY = pytest.StashKey[bool]()
+#: The session object, once made (:func:`session_of`).
+SESSION_KEY = pytest.StashKey["OracleSession"]()
+#: The families plugins added at configure, taken out again at unconfigure.
+ADDED_KEY = pytest.StashKey[tuple["Family", ...]]()
 #: The parameters the plugin fills, and the fixtures it gives: a test using one activates the session.
 PARAMETERS = frozenset({"pin", "engine_id", "port_id"})
 FIXTURES = frozenset({"engines", "engine", "reference", "port", "pin_file", "runs", "receipt", "verified_snapshot",
                       "snapshot_overrides"}) | PARAMETERS
 PACKAGE = str(Path(__file__).resolve().parents[1])
-#: The option values that mean "not asked for": any other value activates the session at configure.
-DEFAULT_OPTIONS: dict[str, Any] = {"pin": None, "snapshot": [], "reference": "torch", "reference_device": "cpu", "port": "auto",
-                   "oracle_threads": 0, "deadline": None, "port_records": "sample"}
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    """Register the hooks a project may implement (:mod:`oracles.plugin.hookspecs`)."""
+    from oracles.plugin import hookspecs
+
+    pluginmanager.add_hookspecs(hookspecs)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("oracles", "numerical reference oracles (pytest-oracles)")
-    group.addoption("--runslow", action="store_true", default=False,
-                    help="run tests marked slow (model loads, long oracles); default: %(default)r")
-    group.addoption("--pin", default=None, metavar="NAME[,NAME]",
-                    help="the pins the families run on (each where it serves the model's kind); default: each "
-                         "family's own default pins")
-    group.addoption("--receipts-dir", default=None, metavar="DIR",
-                    help="folder receipts are written under, as DIR/TAG/<UTC time>-<run id>.json (turns receipts "
-                         "on); write --receipts-dir=DIR when DIR exists; default: 'receipts'")
-    group.addoption("--receipt-tag", default=None, metavar="TAG",
-                    help="sub-folder of --receipts-dir for this run (letters, digits, '.', '_', '-'; turns receipts "
-                         "on); default: 'default'")
-    group.addoption("--no-receipt", action="store_true", default=False,
-                    help="write no receipt, partial log or npz sidecar; default: %(default)r")
-    group.addoption("--snapshot", action="append", default=[], metavar="NAME=PATH",
-                    help="use the local snapshot folder PATH for pin NAME, verified against the pin; repeatable; "
-                         "default: %(default)r")
-    group.addoption("--reference", default="torch", metavar="ENGINE",
-                    help="engine id of the reference; default: %(default)r")
-    group.addoption("--reference-device", default="cpu", choices=("cpu", "cuda", "mps"),
-                    help="device the reference runs on, float32 (on CUDA with TF32 off for matmul and cuDNN), "
-                         "recorded in the receipt; default: %(default)r")
-    group.addoption("--port", default="auto", metavar="ENGINE",
-                    help="engine id(s) of ports, comma-separated (one that cannot run here is refused); 'auto' = every "
-                         "registered engine but the reference that can run here, 'none' = no port; default: %(default)r")
-    group.addoption("--oracle-threads", type=int, default=0, metavar="N",
-                    help="intra-op threads for engines (torch.set_num_threads); 0 leaves the library default; "
-                         "default: %(default)r")
-    group.addoption("--deadline", type=float, default=None, metavar="SECONDS",
-                    help="start no new test after SECONDS from session start; the rest are listed as not run and the "
-                         "session exits 2 (interrupted); default: %(default)r")
-    group.addoption("--port-records", default="sample", metavar="SCOPE",
-                    help="records a port engine runs (the reference runs all): 'sample' (each family's budget "
-                         "sample), 'all', or N = records of at most N prompt tokens (see oracles/plugin/port_scope.py); "
-                         "default: %(default)r")
-    group.addoption("--resume", default=None, metavar="RECEIPT",
-                    help="a receipt or .partial.jsonl of a run with the same schema, --reference, --port and pins: "
-                         "skip the tests that passed there, carrying their records (turns receipts on); write "
-                         "--resume=RECEIPT; default: %(default)r")
+    """The option table's options (:mod:`oracles.plugin.options`) and the ini keys."""
+    add_options(parser)
     parser.addini("oracles", type="bool", default=False,
                   help="turn pytest-oracles on for this project: receipts, partial logs and the slow gate")
     parser.addini(PINS_KEY, type="paths", default=[],
@@ -85,80 +62,52 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                   help=f"the project's records folder for per-tokenizer token ids (default {DEFAULTS[RECORDS_KEY]})")
 
 
-#: Our options whose value is a path. pytest picks rootdir and ini file before plugins load, from every
-#: argument that names an existing path: ``--resume /tmp/r.json`` as two words makes /tmp/r.json a "test
-#: path" for that choice (rootdir /tmp, pytest.ini dropped), though the value still reaches the option.
-PATH_OPTIONS = ("--resume", "--receipts-dir")
-
-
-def _check_path_words(args: list[str], invocation_dir: Path) -> None:
-    """Refuse a path option given as two words whose value is an existing path (see :data:`PATH_OPTIONS`).
+def session_of(config: pytest.Config) -> OracleSession:
+    """The session object of ``config``, made now if this is the first need (the one place it is made).
 
     Raises:
-        pytest.UsageError: one line naming the option, the value and the ``--option=VALUE`` form to write.
+        pytest.UsageError: making it refused an option (:meth:`OracleSession.start`).
     """
-    for flag, value in zip(args, args[1:]):
-        if flag in PATH_OPTIONS and value and not value.startswith("-") and (invocation_dir / value).exists():
-            raise pytest.UsageError(
-                f"{flag} {value}: write {flag}={value}: as two words, an existing path is read by pytest as a test "
-                "path when it picks the rootdir and ini file (before plugins load), which can drop pytest.ini")
+    session = config.stash.get(SESSION_KEY, None)
+    if session is None:
+        from oracles.plugin.session import OracleSession
 
-
-def _is_worker(config: pytest.Config) -> bool:
-    return hasattr(config, "workerinput")
-
-
-def _enabled(config: pytest.Config) -> bool:
-    opt = config.option
-    return bool(config.getini("oracles")) or any(v is not None for v in (opt.receipts_dir, opt.receipt_tag, opt.resume))
-
-
-def _asked(opt: Any) -> bool:
-    """An oracles option was given a value other than its default (checked at configure, not at first use)."""
-    return any(getattr(opt, name) != default for name, default in DEFAULT_OPTIONS.items())
+        session = config.stash[SESSION_KEY] = OracleSession.start(config, config.stash.get(ENABLED_KEY, False))
+    return session
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    for family in FAMILIES:
+    """The families plugins add, the markers; the session at once where pytest-oracles is on or asked for."""
+    if config.hook.pytest_oracles_families.get_hookimpls():
+        from oracles.plugin.extend import add_families
+
+        config.stash[ADDED_KEY] = add_families(config)
+    for family in families.FAMILIES:
         config.addinivalue_line("markers", f"{family.name}: {family.help}")
-    for name, text in OTHER_MARKERS.items():
+    for name, text in families.OTHER_MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
     # oracles.plugin.collect.MISSING, written out: that module is imported only once a session is active.
     config.addinivalue_line("markers", "oracles_tokens_missing(message): internal: the pin lacks the family's token ids")
-    opt = config.option
-    enabled = _enabled(config)
+    enabled = bool(config.getini("oracles")) or enabled_by_options(config.option)
     config.stash[ENABLED_KEY] = enabled
-    opt.receipts_dir = "receipts" if opt.receipts_dir is None else opt.receipts_dir
-    opt.receipt_tag = "default" if opt.receipt_tag is None else opt.receipt_tag
-    if not _is_worker(config):  # a worker gets the controller's args after the controller made --receipts-dir
-        _check_path_words(list(config.invocation_params.args), Path(config.invocation_params.dir))
-    shared = getattr(config, "workerinput", {}).get("oracles")
-    if enabled or _asked(opt) or shared is not None:
-        from oracles.plugin.activation import activate
-
-        activate(config, enabled)
+    if enabled or asked(config.option) or "oracles" in getattr(config, "workerinput", {}):
+        session_of(config)
 
 
-def _active(config: pytest.Config) -> bool:
-    return config.stash.get(ACTIVE_KEY, False)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The session leaves its stores, and the families plugins added are taken out again."""
+    if (session := config.stash.get(SESSION_KEY, None)) is not None:
+        session.close()
+    if (added := config.stash.get(ADDED_KEY, None)) is not None:
+        from oracles.plugin.extend import remove_families
 
-
-def ensure_active(config: pytest.Config) -> None:
-    """Activate the session now if it is not (the first use: :mod:`oracles.plugin.activation`)."""
-    from oracles.plugin.activation import activate
-
-    activate(config, config.stash.get(ENABLED_KEY, False))
+        remove_families(added)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Parametrize ``pin``, ``engine_id`` and ``port_id`` over the compatible (pin, engine) pairs."""
-    if PARAMETERS.isdisjoint(metafunc.fixturenames):
-        return
-    from oracles.plugin import collect
-    from oracles.plugin.state import settings_of
-
-    ensure_active(metafunc.config)
-    collect.parametrize(metafunc, settings_of(metafunc.config))
+    if not PARAMETERS.isdisjoint(metafunc.fixturenames):
+        session_of(metafunc.config).parametrize(metafunc)
 
 
 def _needs_us(items: list[pytest.Item]) -> bool:
@@ -177,24 +126,15 @@ def _needs_us(items: list[pytest.Item]) -> bool:
 @pytest.hookimpl(tryfirst=True)  # before xdist's worker hook turns the marks into nodeid suffixes
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """xdist groups, the port scope, the slow and gpu gates, and resumed passes (an active session only)."""
-    if not _active(config):
-        if not _needs_us(items):
-            return
-        ensure_active(config)
-    from oracles.plugin import collect
-    from oracles.plugin.state import settings_of, state_of
-
-    state = state_of(config)
-    collect.modify_items(config, items, settings_of(config), state.resume, state.resume_path)
+    if SESSION_KEY in config.stash or _needs_us(items):
+        session_of(config).modify_items(items)
 
 
 @pytest.hookimpl(trylast=True, specname="pytest_collection_modifyitems")  # after -m / -k deselection
 def pytest_collection_modifyitems_selected(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A selected test whose pin has no token ids for its family stops the run, naming the command."""
-    if _active(config):
-        from oracles.plugin import collect
-
-        collect.refuse_missing_tokens(items)
+    if (session := config.stash.get(SESSION_KEY, None)) is not None:
+        session.refuse_missing_tokens(items)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -211,22 +151,13 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Any:
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     """The receipt's path, the engines and pins (only where pytest-oracles is on)."""
-    if not config.stash.get(ENABLED_KEY, False) or _is_worker(config):
+    if not config.stash.get(ENABLED_KEY, False) or hasattr(config, "workerinput"):
         return []
-    import sys
-
-    from oracles.plugin.state import settings_of, state_of
-
-    settings, state = settings_of(config), state_of(config)
-    off = "off (--no-receipt)" if config.option.no_receipt else "off (this invocation runs no test)"
-    where = off if state.folder is None else f"{state.folder}/{state.stem}.json"
-    return [f"oracles: receipt {where}; python {sys.version.split()[0]}", settings.header_line()]
+    return session_of(config).header_lines()
 
 
 def pytest_report_collectionfinish(config: pytest.Config, start_path: Path, items: list[pytest.Item]) -> list[str]:
     """The (engine, pin) pairs left out of the parametrization, with reasons (never silently)."""
     if not config.stash.get(ENABLED_KEY, False):
         return []
-    from oracles.plugin.state import settings_of
-
-    return settings_of(config).left_out_lines()
+    return session_of(config).collection_lines()

@@ -46,15 +46,9 @@ class Runs(Protocol):
 @pytest.fixture(scope="session")
 def snapshot_overrides(pytestconfig: pytest.Config) -> dict[str, Path]:
     """``--snapshot NAME=PATH`` as {pin name: folder}."""
-    from oracles.errors import OracleError
-    from oracles.pins.pin import parse_snapshot_options
     from oracles.plugin.state import settings_of
 
-    settings_of(pytestconfig)  # the session is active: the project's pin store is the one searched
-    try:
-        return parse_snapshot_options(pytestconfig.getoption("snapshot"))
-    except OracleError as exc:
-        raise pytest.UsageError(str(exc)) from None
+    return dict(settings_of(pytestconfig).snapshots)
 
 
 @pytest.fixture(scope="session")

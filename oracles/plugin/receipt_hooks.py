@@ -1,8 +1,10 @@
-"""The receipt session: the controller's hooks that turn test reports into the receipt.
+"""The receipt hooks: the controller's hooks that turn test reports into the receipt.
 
-Registered by the plugin only when pytest-oracles is on for the run (the ini's ``oracles = true``, or a
-receipt option) and a receipt is wanted, as pytest-xdist registers its distribution session only when
-distribution is on; otherwise no receipt, partial log or terminal section is made.
+Registered by the session only when pytest-oracles is on for the run (the ini's ``oracles = true``, or
+a receipt option) or ``--deadline`` is given, as pytest-xdist registers its distribution session only
+when distribution is on; otherwise no receipt, partial log or terminal section is made. The receipt is
+built once, at session end (:meth:`oracles.plugin.state.RunState.build`), with what a project adds
+through the ``pytest_oracles_receipt_fields`` hook (:mod:`oracles.plugin.hookspecs`).
 """
 
 from __future__ import annotations
@@ -12,31 +14,30 @@ from typing import Any
 import pytest
 
 from oracles.errors import OracleError
-from oracles.plugin.state import STATE_KEY, settings_of, state_of
+from oracles.plugin.settings import Settings
+from oracles.plugin.state import RunState
+from oracles.receipts.schema import RunFacts
 
 
-class ReceiptSession:
-    """The controller's hooks that need the config but get only a report; registered per config."""
+class ReceiptHooks:
+    """The controller's receipt: records from reports, the receipt at the end, its terminal section."""
 
-    def __init__(self, config: pytest.Config) -> None:
-        self.config = config
+    def __init__(self, config: pytest.Config, settings: Settings, state: RunState) -> None:
+        self.config, self.settings, self.state = config, settings, state
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        state = state_of(self.config)
-        if state.controller:
-            state.on_report(report)
+        """Each phase report of a test; the record is made after its last phase."""
+        self.state.on_report(report)
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
-        state = state_of(self.config)
-        if state.controller and report.failed:
-            state.on_collect_error(report)
+        """A module or record file that failed to collect is kept for the receipt."""
+        if report.failed:
+            self.state.on_collect_error(report)
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        config = self.config
-        state = state_of(config)
-        if not state.controller:
-            return
+        """Mark a cut run interrupted, then build and write the receipt (an enabled run with a folder)."""
+        state = self.state
         state.not_run_count = len(state.not_run())
         if state.not_run_count and state.past_deadline() and session.exitstatus == pytest.ExitCode.OK:
             # The run was cut, not failed: INTERRUPTED is pytest's own status for a session stopped
@@ -46,19 +47,9 @@ class ReceiptSession:
             exitstatus = session.exitstatus
         if state.folder is None or state.partial is None:
             return
-        opt = config.option
-        invocation = {"args": list(config.invocation_params.args), "markexpr": opt.markexpr or None,
-                      "keyword": opt.keyword or None, "rootdir": str(config.rootpath),
-                      "numprocesses": getattr(opt, "numprocesses", None), "runslow": opt.runslow,
-                      "reference": opt.reference, "reference_device": opt.reference_device, "port": opt.port,
-                      "pin": opt.pin, "snapshots": list(opt.snapshot),
-                      "deadline": opt.deadline}
-        env = state.environment_probe.result() if state.environment_probe else {}
-        receipt = state.build(invocation, env, int(exitstatus))
-        receipt["left_out"] = settings_of(config).left_out_json()
         try:
-            state.write(receipt)
-        except OracleError as exc:
+            self._write(int(exitstatus))
+        except (OracleError, TypeError) as exc:
             state.write_error = str(exc)
             # The run's evidence is missing: do not exit 0 (make oracle would then show an older receipt).
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
@@ -67,11 +58,36 @@ class ReceiptSession:
         # the receipt (fsynced, its folder too) holds every record; without one the log is the evidence
         state.partial.close(sync=state.receipt_path is None)
 
+    def _write(self, exitstatus: int) -> None:
+        """The receipt, built in one place and written exclusively.
+
+        Raises:
+            TypeError: a project's receipt fields are not JSON-safe (plugin and key named).
+            ReceiptError: the sidecar or the receipt cannot be written (path named).
+        """
+        state, config = self.state, self.config
+        from oracles.plugin.extend import project_fields
+
+        plugin_fields = project_fields(config)
+        not_run = state.finish()
+        env = state.environment_probe.result() if state.environment_probe else {}
+        facts = RunFacts(invocation=self._invocation(), environment=env, left_out=self.settings.left_out_json(),
+                         plugin_fields=plugin_fields)
+        arrays = state.pack_arrays()
+        state.write(state.build(exitstatus, not_run, facts, arrays))
+
+    def _invocation(self) -> dict[str, Any]:
+        """The invocation as given: arguments, selection, and the oracles options' values."""
+        config, opt = self.config, self.config.option
+        return {"args": list(config.invocation_params.args), "markexpr": opt.markexpr or None,
+                "keyword": opt.keyword or None, "rootdir": str(config.rootpath),
+                "numprocesses": getattr(opt, "numprocesses", None), "runslow": opt.runslow,
+                "reference": opt.reference, "reference_device": opt.reference_device, "port": opt.port,
+                "pin": opt.pin, "snapshots": list(opt.snapshot), "deadline": opt.deadline}
+
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-        state = config.stash.get(STATE_KEY, None)
-        if state is None or not state.controller:
-            return
-        tr = terminalreporter
+        """The receipt's section: its path, what did not run or was carried, the checks table."""
+        state, tr = self.state, terminalreporter
         if state.receipt is None and state.not_run_count and state.past_deadline():  # --no-receipt: still say so
             tr.write_line(f"not run: {state.not_run_count} tests (deadline passed)")
         if state.write_error:
@@ -82,23 +98,21 @@ class ReceiptSession:
             return
         from oracles.receipts.report import format_benchmarks, format_checks
 
+        receipt = state.receipt
         tr.write_sep("=", "oracles receipt")
         tr.write_line(f"receipt: {state.receipt_path}")
-        if state.receipt["collection_errors"]:
-            tr.write_line(f"collection errors: {len(state.receipt['collection_errors'])}; listed in the receipt")
-        not_run = state.receipt["not_run"]
-        if not_run:
-            tr.write_line(f"not run: {len(not_run)} tests ({not_run[0]['reason']}); listed in the receipt")
+        if receipt.collection_errors:
+            tr.write_line(f"collection errors: {len(receipt.collection_errors)}; listed in the receipt")
+        if receipt.not_run:
+            tr.write_line(f"not run: {len(receipt.not_run)} tests ({receipt.not_run[0]['reason']}); listed in the receipt")
         if state.resume_path:
-            resumed = sum(1 for t in state.receipt["tests"] if t.get("resumed_from"))
+            resumed = sum(1 for t in receipt.tests if t.get("resumed_from"))
             note = " (a partial log records no pins: not checked)" if state.resume_unchecked else ""
             tr.write_line(f"resumed: {resumed} tests carried over as passed from {state.resume_path}{note}")
             if state.resume_not_carried:
                 tr.write_line(f"resume: {len(state.resume_not_carried)} passes run again, not carried: their arrays "
                               "are in no sidecar of the source; listed in the receipt (resume_not_carried)")
-        for line in format_checks(state.receipt["checks"], state.receipt["all_ok"]):
+        for line in format_checks(receipt.checks, receipt.all_ok, receipt.ran_nothing):
             tr.write_line(line)
-        for line in format_benchmarks(state.receipt["tests"]):
+        for line in format_benchmarks(receipt.tests):
             tr.write_line(line)
-
-

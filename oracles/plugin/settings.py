@@ -1,21 +1,28 @@
-"""The session's settings: every oracles option resolved once at configure, conflicts refused there
-(as pytest-benchmark resolves its options at session start), and the pin/engine parametrization.
+"""The session's settings: every oracles option parsed and validated once, at activation, into one
+frozen typed object (conflicts refused there, as pytest-benchmark resolves its options at session
+start), and the pin/engine parametrization those settings give.
 
-Imports stay light (no torch, transformers or mlx): engine classes are imported, but they import their
-frameworks only when an engine is built.
+The options and their parsers are one table (:mod:`oracles.plugin.options`). Imports stay light (no
+torch, transformers or mlx): engine classes are imported, but they import their frameworks only when
+an engine is built.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from oracles.engines import engine_class, forget, plugged_errors, resolve_ports, unavailable_reason
-from oracles.errors import OracleError
+import pytest
+
 from oracles.families import DEFAULT_PIN, Family
-from oracles.pins.pin import load_pin, store
+from oracles.plugin.options import OPTIONS, Resolving
 from oracles.plugin.port_scope import PortScope
+
+if TYPE_CHECKING:
+    from oracles.engines import Registry
+    from oracles.pins.pin import PinStore
+    from oracles.pins.project import Project
 
 
 @dataclass(frozen=True)
@@ -29,40 +36,76 @@ class Pairing:
 
 
 @dataclass
-class Settings:
-    """What a session runs on. ``pins``: the ``--pin`` names, or empty for each family's defaults."""
+class _Pairings:
+    """What the parametrization found out: compatibility per (engine, pin), the pairs left out."""
 
-    enabled: bool
-    reference: str
-    ports: list[str]
-    pins: list[str]
-    port_scope: PortScope
-    reference_device: str = "cpu"
+    compat: dict[tuple[str, str], str | None] = field(default_factory=dict)
     left_out: dict[tuple[str | None, str], Pairing] = field(default_factory=dict)
-    _compat: dict[tuple[str, str], str | None] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What a session runs on, one field per option of :data:`oracles.plugin.options.OPTIONS`.
+
+    ``pins``: the ``--pin`` names (empty: each family's defaults); ``snapshots``: ``--snapshot`` as
+    {pin: folder}; ``port``: ``--port`` as given, ``ports``: the engine ids it resolved to;
+    ``receipts_dir``: relative to the invocation folder; ``deadline``: seconds or None; ``enabled``:
+    pytest-oracles is on (the ini's ``oracles = true`` or a receipt option). ``project``: the stores the
+    session reads (None: those of the run in progress, :func:`oracles.pins.pin.store`).
+    """
+
+    enabled: bool = False
+    runslow: bool = False
+    pins: tuple[str, ...] = ()
+    receipts_dir: Path = Path("receipts")
+    receipt_tag: str = "default"
+    no_receipt: bool = False
+    snapshots: Mapping[str, Path] = field(default_factory=dict)
+    reference: str = "torch"
+    reference_device: str = "cpu"
+    port: str = "auto"
+    ports: tuple[str, ...] = ()
+    oracle_threads: int = 0
+    deadline: float | None = None
+    port_scope: PortScope = PortScope("sample")
+    resume: Path | None = None
+    project: "Project | None" = field(default=None, compare=False, repr=False)
+    _found: _Pairings = field(default_factory=_Pairings, compare=False, repr=False)
 
     @classmethod
-    def resolve(cls, opt: Any, enabled: bool) -> "Settings":
-        """Resolve ``--reference``, ``--port``, ``--pin`` and ``--port-records`` once.
+    def resolve(cls, opt: Any, enabled: bool, project: "Project") -> "Settings":
+        """Parse every option of ``opt`` (pytest's ``config.option``) once, in table order, then refuse
+        the combinations that cannot both hold.
 
         Raises:
-            OracleError: an unknown engine or pin (the known ones listed), a named port that cannot run
-                here (why), a plugged engine that fails to import (its error), a bad ``--port-records``.
+            pytest.UsageError: one line naming the option and the value (an unknown engine or pin with
+                the known ones listed, a named port that cannot run here and why, a plugged engine that
+                fails to import, a bad number, tag or scope), or the two options that conflict.
         """
-        forget()
-        try:
-            scope = PortScope.parse(opt.port_records)
-        except ValueError as exc:
-            raise OracleError(str(exc)) from None
-        ports = resolve_ports(opt.port, opt.reference)
-        pins = [p.strip() for p in (opt.pin or "").split(",") if p.strip()]
-        for name in pins:
-            load_pin(name)  # unknown -> PinError listing the known pins and the folders searched
-        device = getattr(opt, "reference_device", "cpu")
-        _check_device(opt.reference, device)
-        return cls(enabled=enabled, reference=opt.reference, ports=ports, pins=pins, port_scope=scope,
-                   reference_device=device)
+        fields: dict[str, Any] = {}
+        for option in OPTIONS:
+            fields.update(option.resolve(getattr(opt, option.dest), Resolving(fields, project)))
+        if fields["resume"] is not None and fields["no_receipt"]:
+            raise pytest.UsageError(f"--resume={fields['resume']} with --no-receipt: the passes --resume carries over "
+                                    "are recorded only in this run's receipt; drop one of the two")
+        return cls(enabled=enabled, project=project, **fields)
 
+    # -- the stores ---------------------------------------------------------------------------
+    @property
+    def pin_store(self) -> "PinStore":
+        """The pins the session reads: its project's, then the built-in ones."""
+        from oracles.pins.pin import store
+
+        return self.project.pins if self.project is not None else store()
+
+    @property
+    def registry(self) -> "Registry":
+        """The engine registry the session reads."""
+        from oracles.engines import current
+
+        return self.project.engines if self.project is not None else current()
+
+    # -- engines and pins ---------------------------------------------------------------------
     def engine_kwargs(self, engine_id: str) -> dict[str, Any]:
         """Extra constructor arguments of ``engine_id``: the reference's ``device`` when not the CPU."""
         return {"device": self.reference_device} if engine_id == self.reference and self.reference_device != "cpu" else {}
@@ -72,16 +115,21 @@ class Settings:
         """The reference's engine id, then each port's."""
         return [self.reference, *self.ports]
 
+    @property
+    def left_out(self) -> dict[tuple[str | None, str], Pairing]:
+        """The (engine, pin) pairs the parametrization left out so far, with why."""
+        return self._found.left_out
+
     def pins_for(self, family: Family | None) -> list[str]:
         """The pins a family's tests run on: ``--pin`` (those the family serves), else its defaults.
 
         Raises:
-            OracleError: a default pin of the family is not in the pin store.
+            PinError: a default pin of the family is not in the pin store.
         """
-        names = self.pins or list(family.default_pins if family else (DEFAULT_PIN,))
+        names = self.pins or tuple(family.default_pins if family else (DEFAULT_PIN,))
         out = []
         for name in names:
-            pin = load_pin(name)
+            pin = self.pin_store.load(name)
             reason = family.serves(pin) if family else None
             if reason is None:
                 out.append(name)
@@ -93,28 +141,30 @@ class Settings:
         """Whether ``engine_id`` can load ``pin`` (its ``unsupported_pin``); a pair that cannot is
         recorded in :attr:`left_out` with the engine's reason."""
         key = (engine_id, pin)
-        if key not in self._compat:
+        compat = self._found.compat
+        if key not in compat:
             reason = None
-            if unavailable_reason(engine_id) is None:
-                reason = engine_class(engine_id).unsupported_pin(load_pin(pin))
-            self._compat[key] = reason
+            if self.registry.unavailable_reason(engine_id) is None:
+                reason = self.registry.engine_class(engine_id).unsupported_pin(self.pin_store.load(pin))
+            compat[key] = reason
             if reason:
                 self.left_out[key] = Pairing(engine_id, pin, reason)
-        return self._compat[key] is None
+        return compat[key] is None
 
-    def pairs(self, family: Family | None, engines: list[str]) -> list[tuple[str, str]]:
+    def pairs(self, family: Family | None, engines: Sequence[str]) -> list[tuple[str, str]]:
         """(pin, engine) pairs of a family's tests over ``engines``, compatible ones only."""
         return [(p, e) for p in self.pins_for(family) for e in engines if self.compatible(e, p)]
 
+    # -- what the terminal and the receipt say --------------------------------------------------
     def header_line(self) -> str:
         """What the report header says about engines and pins."""
         on = f" on {self.reference_device}" if self.reference_device != "cpu" else ""
         return (f"oracles: reference {self.reference}{on}; ports {', '.join(self.ports) or 'none'}; pins "
-                f"{', '.join(self.pins) or 'each family default'} (from {store().describe()})")
+                f"{', '.join(self.pins) or 'each family default'} (from {self.pin_store.describe()})")
 
     def left_out_lines(self) -> list[str]:
         """After collection: plugged engines that cannot be used and (engine, pin) pairs left out, with reasons."""
-        lines = [f"oracles: plugged engine {e} not used: {reason}" for e, reason in plugged_errors().items()]
+        lines = [f"oracles: plugged engine {e} not used: {reason}" for e, reason in self.registry.plugged_errors().items()]
         for p in self.left_out.values():
             who = "a family" if p.engine is None else f"engine {p.engine}"
             lines.append(f"oracles: {who} left out pin {p.pin}: {p.reason}")
@@ -123,29 +173,3 @@ class Settings:
     def left_out_json(self) -> list[dict[str, str | None]]:
         """The pairs left out, for the receipt."""
         return [{"engine": p.engine, "pin": p.pin, "reason": p.reason} for p in self.left_out.values()]
-
-
-def _check_device(reference: str, device: str) -> None:
-    """Refuse a ``--reference-device`` the reference engine does not run on, or that cannot answer here.
-
-    Raises:
-        OracleError: naming the engine, the device, and what was probed.
-    """
-    if device == "cpu":
-        return
-    cls = engine_class(reference)
-    devices = cls.devices
-    if device not in devices:
-        raise OracleError(f"--reference-device {device}: engine {reference} runs on {', '.join(devices)} only")
-    why = cls.device_unavailable(device)
-    if why is not None:
-        raise OracleError(f"--reference-device {device}: {why}")
-
-
-def project_path(config: Any, key: str, default: str) -> Path:
-    """An ini path option of the project, relative to the ini file's folder (else the rootdir)."""
-    values = config.getini(key)
-    if values:
-        return Path(values[0])
-    base = config.inipath.parent if config.inipath else config.rootpath
-    return (base / default).resolve()

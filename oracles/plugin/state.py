@@ -4,6 +4,9 @@ The controller (the only process in a serial run, the xdist controller with ``-n
 :class:`RunState`: it turns test reports into :class:`~oracles.receipts.table.TestRecord` s, appends each
 to the partial log, and at the end builds the receipt. Workers own a RunState too, but use it only
 to queue session events (pin verified, engine loaded) that ride to the controller on test reports.
+
+The session (:mod:`oracles.plugin.session`) makes the state once and keeps it here; the readers
+(:func:`state_of`, :func:`settings_of`, :func:`emit`) only read it and never activate anything.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 import os
 import secrets
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
@@ -21,7 +24,8 @@ import pytest
 
 from oracles.errors import OracleError
 from oracles.receipts.files import PartialLog, dump_json, pack_arrays, write_exclusive
-from oracles.receipts.table import SCHEMA_VERSION, TestRecord, all_ok, checks_table, plain_nodeid, split_nodeid
+from oracles.receipts.schema import RunFacts, RunReceipt
+from oracles.receipts.table import TestRecord, plain_nodeid, split_nodeid
 
 if TYPE_CHECKING:
     from oracles.plugin.settings import Settings
@@ -32,10 +36,8 @@ if TYPE_CHECKING:
 DATA_KEY = "oracles.data"
 EVENTS_KEY = "oracles.events"
 FAMILY_KEY = "oracles.family"  # the family of a test, from its marker names (oracles.plugin.collect.markers_of)
+ENGINE_KEY = "oracles.engine"  # [engine id, pin] of a test that runs on one engine (its engine_id / port_id)
 TIMEOUT_MARK = "Timeout (>"  # pytest-timeout's failure text: "Failed: Timeout (>Ns) from pytest-timeout."
-
-def utc_now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def worker_id(config: Any = None) -> str:
@@ -67,6 +69,7 @@ class RunState:
     resume_arrays: ArraySource | None = None  # where the carried records' arrays are (copied at write)
     resume_not_carried: list[dict[str, str]] = field(default_factory=list)  # passes run again: no arrays found
     families: dict[str, str] = field(default_factory=dict)  # nodeid -> family, at collection; absent: "unit"
+    engine_of: dict[str, tuple[str, str]] = field(default_factory=dict)  # nodeid -> (engine, pin), from reports
     pending_events: list[dict[str, Any]] = field(default_factory=list)  # worker side, drained per report
     events: list[dict[str, Any]] = field(default_factory=list)  # controller side, every event seen
     records: dict[str, TestRecord] = field(default_factory=dict)
@@ -76,13 +79,15 @@ class RunState:
     partial: PartialLog | None = None
     environment_probe: EnvironmentProbe | None = None
     receipt_path: Path | None = None
-    receipt: dict[str, Any] | None = None
+    receipt: RunReceipt | None = None
     write_error: str | None = None
     not_run_count: int = 0  # set at session end, before the receipt turns them into not_run records
 
     @classmethod
     def new(cls, receipts_dir: Path | None, tag: str, deadline: float | None, controller: bool,
             run_id: str | None = None, started_wall: float | None = None) -> "RunState":
+        """A state starting now (or at ``started_wall``, epoch seconds: a worker takes the controller's),
+        under a new run id unless ``run_id`` is given; ``receipts_dir`` None: no receipt is written."""
         started_wall = time.time() if started_wall is None else started_wall
         return cls(run_id=run_id or secrets.token_hex(4), started_wall=started_wall,
                    started=datetime.fromtimestamp(started_wall, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
@@ -92,15 +97,18 @@ class RunState:
     # Computed once: the receipt fixture asks for the staging folder in every test.
     @cached_property
     def stem(self) -> str:
+        """The receipt's file stem, ``<UTC start>-<run id>`` (``20240501T120000Z-0123abcd``)."""
         stamp = datetime.fromtimestamp(self.started_wall, UTC).strftime("%Y%m%dT%H%M%SZ")
         return f"{stamp}-{self.run_id}"
 
     @cached_property
     def folder(self) -> Path | None:
+        """``<receipts dir>/<tag>``, where this run's files go; None without a receipt."""
         return None if self.receipts_dir is None else self.receipts_dir / self.tag
 
     @cached_property
     def staging(self) -> Path | None:
+        """The hidden folder attached arrays are saved in until the sidecar is packed; None without a receipt."""
         return None if self.folder is None else self.folder / f".{self.stem}.arrays"
 
     def open_partial(self, header: dict[str, Any] | None = None) -> None:
@@ -118,6 +126,7 @@ class RunState:
 
     # -- deadline ----------------------------------------------------------------------------
     def past_deadline(self) -> bool:
+        """Whether ``--deadline`` seconds have passed since the run started."""
         return self.deadline is not None and time.time() - self.started_wall > self.deadline
 
     def not_run(self) -> list[str]:
@@ -125,15 +134,18 @@ class RunState:
         return [n for n in self.collected if n not in self.records]
 
     def not_run_reason(self) -> str:
+        """Why a collected test did not run: the deadline passed, or the session ended first."""
         return "deadline passed" if self.past_deadline() else "session ended before it ran"
 
     # -- reports -> records ------------------------------------------------------------------
     def on_report(self, report: Any) -> TestRecord | None:
         """Take one phase report; return the finished record after its last phase, else None."""
+        nodeid = plain_nodeid(report.nodeid)
         for name, value in getattr(report, "user_properties", ()):
             if name == EVENTS_KEY:
                 self.events.extend(value)
-        nodeid = plain_nodeid(report.nodeid)
+            elif name == ENGINE_KEY:
+                self.engine_of[nodeid] = (value[0], value[1])
         self.open_reports.setdefault(nodeid, []).append(report)
         if report.when not in ("teardown", "???"):
             return None
@@ -187,55 +199,58 @@ class RunState:
         return record
 
     # -- the receipt -------------------------------------------------------------------------
-    def build(self, invocation: dict[str, Any], env: dict[str, Any], exitstatus: int) -> dict[str, Any]:
-        not_run = self.not_run()
+    def finish(self) -> list[dict[str, str]]:
+        """At session end: a record (outcome ``not_run``, with the reason) for each collected test that
+        never started; returns them as the receipt lists them."""
         reason = self.not_run_reason()
-        for nodeid in not_run:
+        rows = []
+        for nodeid in self.not_run():
             check, record_id = split_nodeid(nodeid)
             self.records[nodeid] = TestRecord(nodeid=nodeid, family=self.families.get(nodeid, "unit"), check=check,
-                                              record_id=record_id,
-                                              outcome="not_run", duration=0.0, summary=reason)
-        records = sorted(self.records.values(), key=lambda r: r.nodeid)
-        table = checks_table(records)
-        return {
-            "schema_version": SCHEMA_VERSION,
-            "run_id": self.run_id,
-            "started": self.started,
-            "finished": utc_now(),
-            "seconds": round(time.time() - self.started_wall, 3),
-            "exitstatus": int(exitstatus),
-            "invocation": invocation,
-            "environment": env,
-            "pins": _pins(self.events),
-            "engines": _engines(self.events),
-            "resumed_from": self.resume_path,
-            "resume_unchecked": self.resume_unchecked,
-            "resume_not_carried": self.resume_not_carried,
-            "collection_errors": self.collection_errors,
-            "not_run": [{"nodeid": n, "reason": reason} for n in not_run],
-            "tests": [r.to_json() for r in records],
-            "checks": table,
-            # A cut run (deadline, Ctrl-C) is not "all ok" even when every test it ran passed.
-            "all_ok": all_ok(table) and not not_run,
-        }
+                                              record_id=record_id, outcome="not_run", duration=0.0, summary=reason)
+            rows.append({"nodeid": nodeid, "reason": reason})
+        return rows
 
-    def write(self, receipt: dict[str, Any]) -> Path:
-        """Pack arrays, then write the receipt exclusively. Raises ReceiptError."""
+    def build(self, exitstatus: int, not_run: list[dict[str, str]], facts: RunFacts,
+              arrays: str | None) -> RunReceipt:
+        """The run's receipt (:meth:`oracles.receipts.schema.RunReceipt.build`) from this state's records
+        and events, the resume setting and ``facts`` (invocation, environment, what the session adds)."""
+        resume = {"resumed_from": self.resume_path, "resume_unchecked": self.resume_unchecked,
+                  "resume_not_carried": self.resume_not_carried}
+        facts = replace(facts, events=self.events, resume=resume, collection_errors=self.collection_errors,
+                        engine_of=self.engine_of)
+        return RunReceipt.build(self.run_id, self.started, self.started_wall, exitstatus, self.records.values(),
+                                not_run, facts, arrays)
+
+    def pack_arrays(self) -> str | None:
+        """Copy the carried records' arrays in, then pack the staging folder into the npz sidecar;
+        returns the sidecar's file name, None when no array was attached. Raises ReceiptError."""
         assert self.folder is not None and self.staging is not None
         self._carry_arrays()
         npz = self.folder / f"{self.stem}.npz"
-        if pack_arrays(self.staging, npz):
-            receipt["arrays"] = npz.name
+        return npz.name if pack_arrays(self.staging, npz) else None
+
+    def write(self, receipt: RunReceipt) -> Path:
+        """Write the receipt exclusively (never over an existing file); on failure its sidecar goes too.
+
+        Raises:
+            ReceiptError: the file exists or cannot be written (path named).
+        """
+        assert self.folder is not None
         path = self.folder / f"{self.stem}.json"
         try:
-            write_exclusive(path, dump_json(receipt))
+            write_exclusive(path, dump_json(receipt.to_json()))
         except OracleError:
-            if "arrays" in receipt:  # ours (pack_arrays creates it exclusively): no sidecar without its receipt
-                npz.unlink(missing_ok=True)
+            self.drop_arrays(receipt.arrays)
             raise
         self.receipt_path, self.receipt = path, receipt
         return path
 
+    def drop_arrays(self, name: str | None) -> None:
+        """Remove this run's sidecar ``name`` (pack_arrays creates it exclusively: it is ours), so no
+        sidecar is left without its receipt."""
+        if name is not None and self.folder is not None:
+            (self.folder / name).unlink(missing_ok=True)
 
     def _carry_arrays(self) -> None:
         """Copy the arrays the carried records name from the --resume source into this run's staging,
@@ -279,48 +294,39 @@ def _worker_of(rep: Any) -> str:
     return getattr(gateway, "id", None) or "main"  # no xdist node: the controller ran it itself
 
 
-def _pins(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    seen: dict[tuple[str, str], dict[str, Any]] = {}
-    for e in events:
-        if e.get("event") == "pin_verified":
-            seen.setdefault((e["name"], e["worker"]), {k: v for k, v in e.items() if k != "event"})
-    return list(seen.values())
-
-
-def _engines(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per (engine, pin, worker): how often it was loaded and the seconds each load took."""
-    rows: dict[tuple[str, str, str], dict[str, Any]] = {}
-    for e in events:
-        if e.get("event") == "engine_loaded":
-            row = rows.setdefault((e["name"], e["pin"], e["worker"]), {
-                "name": e["name"], "pin": e["pin"], "worker": e["worker"], "load_count": 0, "seconds": [],
-                **{k: v for k, v in e.items() if k not in ("event", "name", "pin", "worker", "seconds")}})
-            row["load_count"] += 1
-            row["seconds"].append(e["seconds"])
-    return list(rows.values())
-
-
 STATE_KEY = pytest.StashKey[RunState]()
 SETTINGS_KEY = pytest.StashKey["Settings"]()
 
 
-def _activated(config: pytest.Config) -> pytest.Stash:
-    """``config.stash`` after the session is active (activated now if it was not: the first use)."""
-    if STATE_KEY not in config.stash:
-        from oracles.plugin import ensure_active
+def _stash(config: pytest.Config) -> pytest.Stash:
+    """``config.stash`` once the session is active.
 
-        ensure_active(config)
+    Raises:
+        LookupError: pytest-oracles is not active in the pytest session (one line saying what activates it).
+    """
+    if STATE_KEY not in config.stash:
+        raise LookupError("pytest-oracles is not active in this pytest session: no oracles option was given, the "
+                          "ini file has no `oracles = true`, and no test uses its fixtures or parameters (pin, "
+                          "engine_id, port_id)")
     return config.stash
 
 
 def state_of(config: pytest.Config) -> RunState:
-    """The session's :class:`RunState` (made when the session is activated: :mod:`oracles.plugin.activation`)."""
-    return _activated(config)[STATE_KEY]
+    """The session's :class:`RunState` (made when the session is activated: :mod:`oracles.plugin.session`).
+
+    Raises:
+        LookupError: the session is not active (nothing to read).
+    """
+    return _stash(config)[STATE_KEY]
 
 
 def settings_of(config: pytest.Config) -> "Settings":
-    """The session's :class:`~oracles.plugin.settings.Settings` (resolved when the session is activated)."""
-    return _activated(config)[SETTINGS_KEY]
+    """The session's :class:`~oracles.plugin.settings.Settings` (resolved when the session is activated).
+
+    Raises:
+        LookupError: the session is not active (nothing to read).
+    """
+    return _stash(config)[SETTINGS_KEY]
 
 
 def emit(config: pytest.Config, event: str, **fields: Any) -> None:
@@ -333,6 +339,7 @@ def emit(config: pytest.Config, event: str, **fields: Any) -> None:
 
     Raises:
         TypeError: a field that strict JSON cannot hold, naming it.
+        LookupError: the session is not active.
     """
     from oracles.receipts.table import check_json_safe
 
@@ -341,6 +348,6 @@ def emit(config: pytest.Config, event: str, **fields: Any) -> None:
 
 
 def keep(config: pytest.Config, state: RunState, settings: "Settings") -> None:
-    """Put the session's state and settings on ``config.stash`` (the plugin, at configure)."""
+    """Put the session's state and settings on ``config.stash`` (the session, when it starts)."""
     config.stash[STATE_KEY] = state
     config.stash[SETTINGS_KEY] = settings

@@ -5,8 +5,11 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 
-def format_checks(checks: Mapping[str, Mapping[str, Any]], all_ok: bool) -> list[str]:
-    """The checks table as aligned lines: check, family, ok, passed, xfailed, skipped, not run, failed ids.
+def format_checks(checks: Mapping[str, Mapping[str, Any]], all_ok: bool,
+                  ran_nothing: Sequence[Mapping[str, Any]] = ()) -> list[str]:
+    """The checks table as aligned lines: check, family, ok, passed, xfailed, skipped, not run, failed ids;
+    then each engine that ran no check (a receipt's ``ran_nothing``: :func:`format_ran_nothing`), then
+    ``all_ok``.
 
     A receipt written before the table had ``xfailed`` and ``not_run`` shows ``?`` there (its ``passed``
     then counts strict xfails too, and its ``skipped`` the tests not run)."""
@@ -20,7 +23,25 @@ def format_checks(checks: Mapping[str, Mapping[str, Any]], all_ok: bool) -> list
         xfailed, not_run = row.get("xfailed", "?"), row.get("not_run", "?")
         lines.append(f"{name:<{width}}  {family:<10}  {ok:<5}  {row['passed']:>6}  {xfailed:>7}  {row['skipped']:>7}  "
                      f"{not_run:>7}  {failed}")
+    lines += format_ran_nothing(ran_nothing)
     lines.append(f"all_ok: {all_ok}")
+    return lines
+
+
+def format_ran_nothing(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One line per engine that ran no check, its pins and tests, then a line per skip reason with its
+    count (most frequent first)::
+
+        engine fake ran no check: 8 tests on pin smollm2-hybrid-twin skipped or not run (not all_ok)
+          6x unsupported: engine fake has no forward
+    """
+    lines = []
+    for row in rows:
+        pins = ", ".join(row["pins"])
+        lines.append(f"engine {row['engine']} ran no check: {row['tests']} tests on pin{'s' if len(row['pins']) > 1 else ''} "
+                     f"{pins} skipped or not run (not all_ok)")
+        reasons = sorted(row["reasons"].items(), key=lambda kv: (-kv[1], kv[0]))
+        lines += [f"  {count}x {reason}" for reason, count in reasons]
     return lines
 
 

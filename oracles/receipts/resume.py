@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from oracles.errors import FixtureError
-from oracles.pins.pin import load_pin, store
+from oracles.pins.pin import PinStore, pin_names
 from oracles.receipts.files import load_json
 from oracles.receipts.table import SCHEMA_VERSION, TestRecord
 
@@ -29,17 +29,25 @@ from oracles.receipts.table import SCHEMA_VERSION, TestRecord
 PARTIAL_UNCHECKED = "pins: a .partial.jsonl records none"
 
 
-def partial_header(reference: str, port: str, pin: str | None) -> dict[str, Any]:
-    """The fields a partial log's ``start`` line carries so that a resume from it can be checked."""
-    return {"schema_version": SCHEMA_VERSION, "reference": reference, "port": port, "pin": pin}
+def pin_value(pins: Sequence[str]) -> str | None:
+    """This run's pins as a receipt records ``--pin``: ``"a,b"``, or None for each family's defaults."""
+    return ",".join(pins) or None
+
+
+def partial_header(reference: str, port: str, pins: Sequence[str]) -> dict[str, Any]:
+    """The fields a partial log's ``start`` line carries so that a resume from it can be checked:
+    ``reference`` (:func:`reference_setting`), the ``--port`` value, the pins (:func:`pin_value`)."""
+    return {"schema_version": SCHEMA_VERSION, "reference": reference, "port": port, "pin": pin_value(pins)}
 
 
 def pin_selection(value: Any) -> Any:
-    """A ``--pin`` value as the set of pins it selects (``"a,b"`` and ``"b, a"`` run the same tests);
-    anything not a str (None: each family's defaults) as itself."""
-    if not isinstance(value, str):
-        return value
-    return sorted({p.strip() for p in value.split(",") if p.strip()}) or None
+    """A recorded ``--pin`` value as the set of pins it selects (``"a,b"`` and ``"b, a"`` run the same
+    tests); a sequence of names likewise; anything else (None: each family's defaults) as itself."""
+    if isinstance(value, str):
+        value = pin_names(value)
+    if isinstance(value, (list, tuple)):
+        return sorted(set(value)) or None
+    return value
 
 
 def reference_setting(reference: Any, device: str) -> Any:
@@ -61,14 +69,15 @@ def _start_line(path: Path) -> dict[str, Any]:
     return obj if isinstance(obj, dict) and obj.get("event") == "start" else {}
 
 
-def check_resume_source(path: Path, reference: str, port: str, pin: str | None = None) -> str | None:
+def check_resume_source(path: Path, reference: str, port: str, pins: Sequence[str], where: PinStore) -> str | None:
     """Hold a ``--resume`` source to this run's setting.
 
     Args:
         path: a receipt (``.json``) or partial log (``.partial.jsonl``) already read by ``load_records``.
         reference, port: this run's ``--reference`` and ``--port`` values, compared as given (a run with
             ``--port auto`` resumes only from a run with ``--port auto``).
-        pin: this run's ``--pin`` value, compared as the set of pins it names (None: no ``--pin``).
+        pins: this run's ``--pin`` names, compared as a set (empty: no ``--pin``).
+        where: the pin store the source's recorded pins are held to (digest and source).
 
     Returns:
         None when every field was checked, else a note of what could not be (a partial log: the pins).
@@ -80,8 +89,8 @@ def check_resume_source(path: Path, reference: str, port: str, pin: str | None =
     if path.name.endswith(".jsonl"):
         head = _start_line(path)
         setting = {"schema_version": head.get("schema_version"), "reference": head.get("reference"),
-                   "port": head.get("port"), "pin": head.get("pin", pin)}
-        pins: list[Any] = []
+                   "port": head.get("port"), "pin": head.get("pin", pin_value(pins))}
+        recorded: list[Any] = []
         # a log written before its start line carried the pin selection: that is not checked either
         unchecked: str | None = PARTIAL_UNCHECKED if "pin" in head else f"{PARTIAL_UNCHECKED}; --pin not recorded"
     else:
@@ -91,20 +100,20 @@ def check_resume_source(path: Path, reference: str, port: str, pin: str | None =
         setting = {"schema_version": receipt.get("schema_version"),
                    "reference": reference_setting(invocation.get("reference"), device or "cpu"),
                    "port": invocation.get("port"), "pin": invocation.get("pin")}
-        pins = receipt.get("pins") if isinstance(receipt.get("pins"), list) else []
+        recorded = receipt.get("pins") if isinstance(receipt.get("pins"), list) else []
         unchecked = None
     if setting["schema_version"] != SCHEMA_VERSION:
         raise FixtureError(f"schema_version {setting['schema_version']!r} differs from this plugin's {SCHEMA_VERSION}")
     for field, ours in (("reference", reference), ("port", port)):
         if setting[field] != ours:
             raise FixtureError(f"invocation.{field} {setting[field]!r} differs from this run's {ours!r}")
-    if pin_selection(setting["pin"]) != pin_selection(pin):
-        raise FixtureError(f"invocation.pin {setting['pin']!r} differs from this run's {pin!r}")
-    for row in pins:
+    if pin_selection(setting["pin"]) != pin_selection(pins):
+        raise FixtureError(f"invocation.pin {setting['pin']!r} differs from this run's {pin_value(pins)!r}")
+    for row in recorded:
         name = row.get("name") if isinstance(row, dict) else None
-        if not isinstance(name, str) or store().path(name) is None:
-            raise FixtureError(f"pins[{name}]: no pin file {name}.json in {store().describe()}")
-        pinned = load_pin(name)
+        if not isinstance(name, str) or where.path(name) is None:
+            raise FixtureError(f"pins[{name}]: no pin file {name}.json in {where.describe()}")
+        pinned = where.load(name)
         for field in ("digest", "source"):
             if row.get(field) != getattr(pinned, field):
                 raise FixtureError(f"pins[{name}].{field} {row.get(field)!r} differs from {pinned.path}'s "
@@ -157,6 +166,7 @@ class ArraySource:
         self.keys = self._keys()
 
     def describe(self) -> str:
+        """Where the arrays are, for messages: the sidecar, the staging folder, or that there is neither."""
         return str(self.npz or self.folder or "no npz sidecar or staging folder beside it")
 
     def _keys(self) -> set[str]:

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import numpy  # noqa: F401 - imported before any in-process pytester run: numpy cannot be loaded twice
 import pytest
+
+from oracles.pins.pin import PinStore
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -71,21 +73,22 @@ def by_check() -> Callable[[dict[str, Any]], dict[str, dict[str, Any]]]:
 
 
 @pytest.fixture
-def pin_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+def pin_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A project folder with an ini file (default pins folder ``fixtures/pins``), made the current folder
-    for the in-process ``oracles`` command; ``$ORACLES_HOME`` points into tmp_path, and the command's
-    pin and records stores are put back afterwards."""
-    import oracles.families.records as records
-    import oracles.pins.pin as pins
-
+    for the in-process ``oracles`` command (which opens that project's stores for each call and leaves
+    them after it); ``$ORACLES_HOME`` points into tmp_path."""
     folder = tmp_path / "proj"
     folder.mkdir()
     (folder / "pytest.ini").write_text("[pytest]\noracles = true\n")
     monkeypatch.chdir(folder)
     monkeypatch.setenv("ORACLES_HOME", str(tmp_path / "home"))
-    saved = (pins._STORE[0], records._STORE[0])
-    yield folder
-    pins._STORE[0], records._STORE[0] = saved
+    return folder
+
+
+@pytest.fixture
+def project_pins(pin_project: Path) -> PinStore:
+    """The pins :func:`pin_project`'s ``oracles`` commands read: its ``fixtures/pins``, then the built-in ones."""
+    return PinStore.with_project(pin_project / "fixtures" / "pins")
 
 
 @pytest.fixture

@@ -12,13 +12,12 @@ import hashlib
 import json
 import sys
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pytest
 from test_bisect_dry import D, L, V, forward_arrays, perturbed
 
-from oracles.engines import forget, registry
 from oracles.engines.base import Engine
 from oracles.engines.taps import Taps
 
@@ -128,13 +127,15 @@ FAKES = (FakeRef, FakeTwin, FakeOff, FakeMissing, FakeBroken, FakeRefusing, Fake
 
 
 @pytest.fixture
-def fakes(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """This module's engines in the registry, as an entry point would plug them in."""
-    forget()
-    for cls in FAKES:
-        monkeypatch.setitem(registry(), cls.id, f"{__name__}:{cls.__name__}")
-    yield
-    forget()
+def fakes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """This module's engines plugged in by entry point: a ``fakes-0.1.dist-info`` folder on ``sys.path``
+    (an installed distribution to importlib.metadata), read by the registry each command opens."""
+    info = tmp_path / "plugged" / "fakes-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fakes\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[oracles.engines]\n" + "".join(
+        f"{cls.id} = {__name__}:{cls.__name__}\n" for cls in FAKES))
+    monkeypatch.syspath_prepend(str(info.parent))
 
 
 @pytest.fixture

@@ -57,9 +57,10 @@ FIXTURES = PLAIN + """
 def test_uses_the_fixtures(receipt, runs):
     receipt["kept"] = runs("k", lambda: [1, 2])
 """
-#: What a plugin that is off may import: itself, its fixtures' module, and the two light modules its
-#: options and markers come from.
-LIGHT = ["oracles", "oracles.families", "oracles.plugin.fixtures", "oracles.plugin", "oracles.pins.project"]
+#: What a plugin that is off may import (sorted): itself, its fixtures' module, its option table and
+#: hookspecs, and the light modules its markers and ini keys come from (with their packages).
+LIGHT = ["oracles", "oracles.families", "oracles.pins", "oracles.pins.project", "oracles.plugin",
+         "oracles.plugin.fixtures", "oracles.plugin.hookspecs", "oracles.plugin.options"]
 
 
 def run(project: Path, probe_dir: Path, *extra: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:

@@ -23,7 +23,7 @@ import oracles.pins.pin as pins
 from oracles.errors import PinError
 from oracles.families import DEFAULT_PIN
 from oracles.families.records import RECORDS, TOKENIZER_COPIES
-from oracles.pins.pin import load_pin
+from oracles.pins.pin import PinStore, load_pin
 from oracles.pins.writer import LineProgress, Snapshot, hash_files, progress_for
 
 pytestmark = pytest.mark.dry
@@ -82,11 +82,11 @@ def test_pin_records_every_file_header_class_and_versions(pin_project: Path, sna
     assert pin.trained and not pin.untrained and pin.modality == "text"
 
 
-def test_untrained_flag_is_written_and_read(pin_project: Path, snapshot: Path, oracles_cli: Any) -> None:
+def test_untrained_flag_is_written_and_read(pin_project: Path, snapshot: Path, oracles_cli: Any, project_pins: PinStore) -> None:
     assert oracles_cli("pin", "rand", "--from", str(snapshot), "--untrained")[0] == 0
     obj = json.loads((pin_project / "fixtures" / "pins" / "rand.json").read_text())
     assert obj["trained"] is False
-    pin = load_pin("rand")
+    pin = load_pin("rand", project_pins)
     assert pin.untrained and not pin.trained
 
 
@@ -135,10 +135,11 @@ def test_a_name_that_is_no_file_stem_is_refused(pin_project: Path, snapshot: Pat
     assert status == 2 and "use letters, digits, '.', '_' and '-'" in error_line(err)
 
 
-def test_local_pin_is_verified_in_place(pin_project: Path, snapshot: Path, tmp_path: Path, oracles_cli: Any) -> None:
+def test_local_pin_is_verified_in_place(pin_project: Path, snapshot: Path, tmp_path: Path, oracles_cli: Any,
+                                        project_pins: PinStore) -> None:
     """``oracles materialize`` of a local pin builds nothing: it verifies the pinned folder itself."""
     assert oracles_cli("pin", "tiny", "--from", str(snapshot))[0] == 0
-    assert pins.snapshot_dir(load_pin("tiny")) == snapshot.resolve()
+    assert pins.snapshot_dir(load_pin("tiny", project_pins)) == snapshot.resolve()
     status, out, _ = oracles_cli("materialize", "tiny")
     result = json.loads(out)
     assert status == 0 and result["root"] == str(snapshot.resolve()) and result["built"] is False
@@ -157,17 +158,50 @@ def test_snapshot_changed_since_pinned_is_one_line(pin_project: Path, snapshot: 
 
 
 @pytest.mark.parametrize("family", ["mtplx", "d1"])
-def test_records_right_after_pin(pin_project: Path, snapshot: Path, oracles_cli: Any, family: str) -> None:
+def test_records_right_after_pin(pin_project: Path, snapshot: Path, oracles_cli: Any, family: str,
+                                 project_pins: PinStore) -> None:
     """The pin's tokenizer is SmolLM2's: the ids ``oracles records`` writes for it are the built-in ones."""
     assert oracles_cli("pin", "tiny", "--from", str(snapshot))[0] == 0
     status, out, _ = oracles_cli("records", family, "--pin", "tiny")
     assert status == 0, out
     written = json.loads((pin_project / "fixtures" / "records" / family / "tokens" / "tiny.json").read_text())
     builtin = json.loads((RECORDS / family / "tokens" / f"{DEFAULT_PIN}.json").read_text())
-    assert written["tokenizer_sha256"] == load_pin("tiny").tokenizer_sha256 == builtin["tokenizer_sha256"]
+    assert written["tokenizer_sha256"] == load_pin("tiny", project_pins).tokenizer_sha256 == builtin["tokenizer_sha256"]
     assert written["pin"] == "tiny" and set(written) == set(builtin)
     assert {k: v for k, v in written.items() if k not in ("pin", "generated_by")} == {
         k: v for k, v in builtin.items() if k not in ("pin", "generated_by")}
+
+
+def test_the_command_leaves_the_callers_stores_as_they_were(pin_project: Path, snapshot: Path,
+                                                            oracles_cli: Any) -> None:
+    """The command opens its project's stores for its own call only: a test that ran it reads its own
+    stores after, with nothing to put back."""
+    import oracles.engines
+    from oracles.errors import PinError
+    from oracles.families.records import records_store
+    from oracles.pins.pin import store
+
+    before = (store(), records_store(), oracles.engines.current())
+    assert oracles_cli("pin", "tiny", "--from", str(snapshot))[0] == 0
+    assert (pin_project / "fixtures" / "pins" / "tiny.json").is_file()
+    assert (store(), records_store(), oracles.engines.current()) == before
+    with pytest.raises(PinError, match="unknown pin 'tiny'"):
+        load_pin("tiny")
+
+
+def test_pins_dir_and_records_dir_name_the_folders_for_one_call(pin_project: Path, snapshot: Path,
+                                                                oracles_cli: Any, tmp_path: Path) -> None:
+    """Where ``oracles pin`` and ``oracles records`` write, named on the command line instead of the
+    ini file's keys (how the package's own records are regenerated: ``--records-dir oracles/builtin/records``)."""
+    pins, records = tmp_path / "elsewhere" / "pins", tmp_path / "elsewhere" / "records"
+    assert oracles_cli("--pins-dir", str(pins), "pin", "tiny", "--from", str(snapshot))[0] == 0
+    status, out, err = oracles_cli("--pins-dir", str(pins), "--records-dir", str(records), "records", "mtplx",
+                                   "--pin", "tiny")
+    assert status == 0, err
+    assert (pins / "tiny.json").is_file() and (records / "mtplx" / "tokens" / "tiny.json").is_file()
+    assert not (pin_project / "fixtures").exists(), "the ini's folders were not written"
+    status, _, err = oracles_cli("records", "mtplx", "--pin", "tiny")  # without the option: the ini's pins
+    assert status == 2 and "unknown pin 'tiny'" in err, err
 
 
 def test_line_progress_names_each_file_and_rate(snapshot: Path) -> None:
@@ -194,12 +228,13 @@ def test_progress_falls_back_to_lines_without_tqdm(monkeypatch: pytest.MonkeyPat
                                                                   "a 64-hex 'sha256'"),
     (lambda o: o.pop("source"), "field 'source' is missing or not a str"),
 ], ids=["header-digest", "trained", "file-digest", "source"])
-def test_bad_pin_file_is_one_line(pin_project: Path, snapshot: Path, oracles_cli: Any, change: Any, message: str) -> None:
+def test_bad_pin_file_is_one_line(pin_project: Path, snapshot: Path, oracles_cli: Any, change: Any, message: str,
+                                  project_pins: PinStore) -> None:
     assert oracles_cli("pin", "tiny", "--from", str(snapshot))[0] == 0
     path = pin_project / "fixtures" / "pins" / "tiny.json"
     obj = json.loads(path.read_text())
     change(obj)
     path.write_text(json.dumps(obj))
     with pytest.raises(PinError) as err:
-        load_pin("tiny")
+        load_pin("tiny", project_pins)
     assert str(err.value) == f"{path}: {message}"

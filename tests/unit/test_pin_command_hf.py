@@ -19,7 +19,7 @@ import pytest
 from test_pin_command_dry import error_line, make_snapshot
 
 from oracles.pins import hf_cache
-from oracles.pins.pin import load_pin, snapshot_dir
+from oracles.pins.pin import PinStore, load_pin, snapshot_dir
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 OTHER = "fedcba9876543210fedcba9876543210fedcba98"
@@ -59,10 +59,11 @@ def hub(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.Monk
 
 
 @pytest.mark.parametrize("revision", ["main", COMMIT])
-def test_pin_from_hf_cache_names_the_commit(pin_project: Path, hub: Path, oracles_cli: Any, revision: str) -> None:
+def test_pin_from_hf_cache_names_the_commit(pin_project: Path, hub: Path, oracles_cli: Any, revision: str,
+                                            project_pins: PinStore) -> None:
     status, out, err = oracles_cli("pin", "tiny", "--from", f"hf:org/tiny@{revision}")
     assert status == 0, err
-    pin = load_pin("tiny")
+    pin = load_pin("tiny", project_pins)
     assert pin.source == f"hf:org/tiny@{COMMIT}", "a branch is pinned as the commit it names now"
     root = hub / "models--org--tiny" / "snapshots" / COMMIT
     assert snapshot_dir(pin) == root
@@ -71,9 +72,9 @@ def test_pin_from_hf_cache_names_the_commit(pin_project: Path, hub: Path, oracle
     assert status == 0 and json.loads(out)["root"] == str(root) and json.loads(out)["built"] is False
 
 
-def test_detached_commit_is_found(pin_project: Path, hub: Path, oracles_cli: Any) -> None:
+def test_detached_commit_is_found(pin_project: Path, hub: Path, oracles_cli: Any, project_pins: PinStore) -> None:
     assert oracles_cli("pin", "old", "--from", f"hf:org/tiny@{OTHER}")[0] == 0
-    assert load_pin("old").source == f"hf:org/tiny@{OTHER}"
+    assert load_pin("old", project_pins).source == f"hf:org/tiny@{OTHER}"
 
 
 @pytest.mark.parametrize("spec, held", [

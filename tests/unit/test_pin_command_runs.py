@@ -53,7 +53,7 @@ def test_pin_naming_no_pin_is_one_line_and_no_receipt(pytester: pytest.Pytester,
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     errors = [line for line in result.errlines if line.startswith("ERROR:")]
     assert len(errors) == 1, result.errlines
-    assert errors[0].startswith("ERROR: unknown pin 'nope': no nope.json in ") and "known pins: " in errors[0]
+    assert errors[0].startswith("ERROR: --pin nope: unknown pin 'nope': no nope.json in ") and "known pins: " in errors[0]
     assert "smollm2-135m-instruct" in errors[0] and "tiny" in errors[0], errors[0]
     assert not (pytester.path / "receipts").exists(), "a refused run writes no receipt and no partial log"
 

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from oracles.errors import FixtureError, PinError
-from oracles.pins.pin import PinStore, load_pin, parse_snapshot_options, safetensors_header, verify_snapshot
+from oracles.pins.pin import PinStore, load_pin, safetensors_header, verify_snapshot
+from oracles.plugin.options import parse_snapshot_options
 
 pytestmark = pytest.mark.dry
 

@@ -184,7 +184,8 @@ def test_resume_from_partial_log_checks_its_header_and_records_unchecked_pins(
 def test_explicit_unavailable_port_is_refused(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     import oracles.engines
 
-    monkeypatch.setattr(oracles.engines, "unavailable_reason", lambda e: "not on this test machine" if e == "mlx" else None)
+    monkeypatch.setattr(oracles.engines.Registry, "unavailable_reason",
+                        lambda self, e: "not on this test machine" if e == "mlx" else None)
     pytester.makepyfile("def test_a():\n    pass\n")
     error = _usage_error(pytester.runpytest("--port", "mlx", "--no-receipt"))
     assert error == "ERROR: --port 'mlx': engine cannot run here: not on this test machine; " \

@@ -223,3 +223,51 @@ def test_bad_record_file_at_collection_is_one_line(pytester: pytest.Pytester, on
     result.stdout.fnmatch_lines(["*ERROR collecting test_suite.py*",
                                  f"FixtureError: {pytester.path}/rows.json:2:14: not valid JSON: *",
                                  "*short test summary info*"])
+
+
+def test_one_option_table_gives_the_options_their_defaults_and_help(pytester: pytest.Pytester) -> None:
+    """pytest_addoption declares every row of oracles.plugin.options.OPTIONS: what pytest parses when
+    nothing is given is the table's default, and each help line says it."""
+    from oracles.plugin.options import OPTIONS
+
+    config = pytester.parseconfig()
+    for option in OPTIONS:
+        assert getattr(config.option, option.dest) == option.stored_default, option.flag
+    help_text = pytester.runpytest("--help").stdout.str()
+    for flag, shown in (("--port", "'auto'"), ("--receipts-dir", "'receipts'"), ("--pin", "each family's own default")):
+        text = help_text.split(flag, 1)[1].split("\n  --", 1)[0]
+        assert f"default: {shown}" in " ".join(text.split()), (flag, text)
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (("--resume=r.json", "--no-receipt"), "ERROR: --resume=r.json with --no-receipt: the passes --resume carries over "
+                                          "are recorded only in this run's receipt; drop one of the two"),
+    (("--snapshot=smollm2-135m-instruct=a", "--snapshot=smollm2-135m-instruct=b"),
+     "ERROR: --snapshot 'smollm2-135m-instruct=b': pin 'smollm2-135m-instruct' has folder */a already; one folder a pin"),
+], ids=["resume-no-receipt", "snapshot-twice"])
+def test_options_that_conflict_are_refused_at_configure(pytester: pytest.Pytester, args: tuple[str, ...],
+                                                        expected: str) -> None:
+    pytester.makepyfile("def test_a():\n    pass\n")
+    (pytester.path / "a").mkdir()
+    (pytester.path / "b").mkdir()
+    result = pytester.runpytest(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([expected])
+    assert not (pytester.path / "receipts").exists()
+
+
+def test_an_inner_session_leaves_the_outer_stores_as_they_were(pytester: pytest.Pytester) -> None:
+    """An in-process session opens its project's stores and leaves them at its end: nothing to reset."""
+    import oracles.engines
+    from oracles.families.records import records_store
+    from oracles.pins.pin import BUILTIN_PINS, store
+
+    before = (store(), records_store(), oracles.engines.current())
+    (pytester.path / "fixtures" / "pins").mkdir(parents=True)
+    text = (BUILTIN_PINS / "smollm2-135m-instruct.json").read_text()
+    (pytester.path / "fixtures" / "pins" / "mine.json").write_text(text.replace('"smollm2-135m-instruct"', '"mine"', 1))
+    pytester.makepyfile("from oracles.pins.pin import load_pin\n\n"
+                        "def test_sees_its_project(pin_file):\n    assert load_pin('mine').name == 'mine'\n")
+    pytester.runpytest("--pin", "mine", "--no-receipt").assert_outcomes(passed=1)
+    assert (store(), records_store(), oracles.engines.current()) == before
+    assert "mine" not in store().names()

@@ -24,7 +24,7 @@ TEXT_PIN, VISION_PIN = "smollm2-hybrid-twin", "qwen35-vl-twin"
 
 
 def _settings(pins: list[str]) -> Settings:
-    return Settings(enabled=True, reference="torch", ports=[], pins=pins, port_scope=PortScope.parse("sample"))
+    return Settings(enabled=True, reference="torch", ports=(), pins=tuple(pins), port_scope=PortScope.parse("sample"))
 
 
 def test_survey_test_belongs_to_the_text_survey_family() -> None:
