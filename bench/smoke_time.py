@@ -45,7 +45,7 @@ def main() -> int:
         run("--collect-only", "-q")  # warm-up: page cache, .pyc files
         last = ""
         for i in range(args.rounds):
-            pair = [("A", (f"--receipts-dir={tmp}",)), ("B", ("--collect-only", "-q"))]  # "=": see plugin.PATH_OPTIONS
+            pair = [("A", (f"--receipts-dir={tmp}",)), ("B", ("--collect-only", "-q"))]  # "=": see oracles.plugin.options.check_path_words
             for name, extra in pair if i % 2 == 0 else pair[::-1]:
                 seconds, summary = run(*extra)
                 (full if name == "A" else collect).append(seconds)

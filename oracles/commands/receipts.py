@@ -145,6 +145,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"receipt: {args.path.resolve()}")
     not_run = r.get("not_run")
     print(f"engines: {_engines(r) or 'none'}; not run: {len(not_run) if isinstance(not_run, list) else 0}")
-    for line in format_checks(r["checks"], r["all_ok"]):
+    ran_nothing = r.get("ran_nothing")
+    for line in format_checks(r["checks"], r["all_ok"], ran_nothing if isinstance(ran_nothing, list) else ()):
         print(line)
     return 0 if r["all_ok"] else 1

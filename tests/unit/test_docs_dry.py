@@ -43,8 +43,6 @@ MODULE_NAME = re.compile(r"oracles(?:\.[A-Za-z_]\w*)+")
 PENDING = frozenset({
     "oracles/checks/tolerance.py", "oracles.checks.tolerance.Tolerance", "oracles.checks.tolerance.FLOAT32",
     "oracles.engines.base.Engine.tolerance",  # the one tolerance seam and its float32 default
-    "oracles/plugin/hookspecs.py", "oracles.plugin.hookspecs.pytest_oracles_receipt_fields",
-    "oracles.plugin.hookspecs.pytest_oracles_families",  # what a project extends: receipt fields, families
 })
 #: Words that tell a page's history instead of what the code does. A nickname for one of the original
 #: reference programs names nothing a reader can find: a page says what that program does ("the d1-3B

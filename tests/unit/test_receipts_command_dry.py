@@ -35,6 +35,17 @@ def test_print_one_receipt(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert out[-1] == "all_ok: False" and any(line.startswith("test_a") and line.endswith("q") for line in out)
 
 
+def test_print_names_an_engine_that_ran_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _receipt(tmp_path, "20261130T010203Z-0123abcd", ok=False)
+    receipt = json.loads(path.read_text())
+    receipt["ran_nothing"] = [{"engine": "facts-only", "pins": ["p"], "tests": 8,
+                               "reasons": {"unsupported: facts-only cannot decode": 8}}]
+    path.write_text(json.dumps(receipt))
+    assert main(["receipts", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "engine facts-only ran no check: 8 tests on pin p" in out and "unsupported: facts-only cannot decode" in out
+
+
 def test_latest_ignores_summaries_and_comparisons(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _receipt(tmp_path / "oracle", "20261130T010203Z-0123abcd", ok=False)
     newest = _receipt(tmp_path / "oracle", "20261130T020000Z-89abcdef", ok=True)
