@@ -231,8 +231,9 @@ def unexpanded(collector: pytest.Module | pytest.Class, name: str, obj: object) 
     module's ``pytestmark``) together with any of the marks a parameter set could bring
     (``pytest.param(..., marks=...)`` in its ``parametrize`` marks or its fixtures' params) or this
     plugin add (:data:`PLUGIN_MARKS`). Such an item would be deselected whichever parameters it had, so
-    the pin x engine x record product is not computed for it; ``pytest -m dry`` reports fewer
-    deselected tests. ``-k`` plays no part: it matches parametrized ids, which only the expansion makes.
+    the pin x engine x record product is not computed for it: ``pytest -m dry`` reports fewer
+    deselected tests, and the (engine, pin) pairs left out (report header, receipt) are those of the
+    tests ``-m`` may select. ``-k`` plays no part: it matches parametrized ids, which only the expansion makes.
     A function whose parameters come from elsewhere (a ``pytest_generate_tests`` in a conftest, its
     module or class, another plugin) or from an iterator is always expanded: their marks are unknown
     until then.

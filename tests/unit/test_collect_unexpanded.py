@@ -236,3 +236,18 @@ def test_off_under_m_imports_no_collection_module(pytester: pytest.Pytester) -> 
              "else 'light', int(code))\n")
     result = pytester.run(sys.executable, "-c", probe)
     assert result.outlines[-1] == "light 5", result.outlines  # 5: no tests ran (all deselected)
+
+
+def test_left_out_pairs_are_those_of_tests_m_may_select(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The header's (and receipt's) "left out" pairs come from the parametrization: under ``-m port`` the
+    vision pin's pair, which only the deselected clef tests would take, is no longer reported."""
+    def left_out() -> list[str]:
+        result = pytester.runpytest("--pyargs", "oracles.suite", "-m", "port", "--collect-only", "-q", "--no-receipt")
+        return [line for line in result.outlines if line.startswith("oracles: engine ")]
+
+    fast = left_out()
+    with monkeypatch.context() as patch:
+        without_shortcut(patch)
+        full = left_out()
+    assert fast and set(fast) < set(full), (fast, full)
+    assert all("qwen35-vl-twin" in line for line in set(full) - set(fast)), full
