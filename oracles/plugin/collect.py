@@ -17,7 +17,8 @@ Under ``-m EXPR``, a test function taking one of those parameters that EXPR cann
 marks its parameters could add is collected once, unparametrized (:func:`unexpanded`): pytest's own
 ``-m`` deselects it, and no pin, engine or record is looked at for it.
 
-Imports stay light: the plugin imports this module for ``-m`` before anything else of a session.
+Imports stay light: this module loads pytest's own modules, the families table and the groups, no
+numpy, engine or receipt module (:class:`Settings` is a type here only).
 """
 
 from __future__ import annotations
@@ -338,7 +339,7 @@ def _known_generators(collector: pytest.Module | pytest.Class) -> bool:
 def _param_set_marks(values: object) -> set[str] | None:
     """The mark names the parameter sets among ``values`` carry; None when ``values`` is not a
     collection (an iterator read here would be empty for pytest)."""
-    if not isinstance(values, Collection) or isinstance(values, str):
+    if not isinstance(values, Collection):
         return None
     return {mark.name for value in values if isinstance(value, ParameterSet) for mark in value.marks}
 
