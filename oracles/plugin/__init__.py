@@ -110,6 +110,16 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         session_of(metafunc.config).parametrize(metafunc)
 
 
+def pytest_pycollect_makeitem(collector: pytest.Module | pytest.Class, name: str, obj: object) -> list[pytest.Item] | None:
+    """Under ``-m``, a test of ours the expression cannot select is collected unparametrized
+    (:func:`oracles.plugin.collect.unexpanded`)."""
+    if not (collector.config.option.markexpr and _active(collector.config)):
+        return None
+    from oracles.plugin import collect
+
+    return collect.unexpanded(collector, name, obj)
+
+
 def _needs_us(items: list[pytest.Item]) -> bool:
     """Whether a collected test uses the plugin's fixtures or belongs to the shipped suite."""
     seen: set[Any] = set()

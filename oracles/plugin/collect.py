@@ -11,21 +11,36 @@ built once per worker):
 Then each item gets its xdist group (:func:`oracles.plugin.groups.record_group`), a port engine's test of a
 record ``--port-records`` leaves out is skipped naming the setting, slow tests without ``--runslow``
 and gpu tests without an accelerator are skipped, and tests that passed in a ``--resume`` source are
-skipped as carried over. Imports stay light.
+skipped as carried over.
+
+Under ``-m EXPR``, a test function taking one of those parameters that EXPR cannot select whatever
+marks its parameters could add is collected once, unparametrized (:func:`unexpanded`): pytest's own
+``-m`` deselects it, and no pin, engine or record is looked at for it.
+
+Imports stay light: this module loads pytest's own modules, the families table and the groups, no
+numpy, engine or receipt module (:class:`Settings` is a type here only).
 """
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Collection, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+from _pytest.mark import MarkMatcher, ParameterSet
+from _pytest.mark.expression import Expression
+from _pytest.mark.structures import get_unpacked_marks
 
+from oracles import plugin
 from oracles.errors import TokensMissing
 from oracles.families import Family, family_of
+from oracles.plugin import PARAMETERS
 from oracles.plugin.groups import record_group
-from oracles.plugin.settings import Settings
-from oracles.receipts.table import plain_nodeid
+
+if TYPE_CHECKING:
+    from oracles.plugin.settings import Settings
 
 PACKAGE = Path(__file__).resolve().parents[1]
 
@@ -128,6 +143,8 @@ def _ours(item: pytest.Item) -> bool:
 def modify_items(config: pytest.Config, items: list[pytest.Item], settings: Settings, resume: dict[str, Any],
                  resume_path: str | None) -> None:
     """Groups, port scope, slow/gpu gates, resume (module docstring)."""
+    from oracles.receipts.table import plain_nodeid
+
     skip_slow = pytest.mark.skip(reason="slow: needs --runslow (loads a model or runs a long oracle)")
     runslow, gpu_reason = config.getoption("runslow"), None
     # xdist registers the xdist_group marker; without it the mark is unknown (an error under --strict-markers)
@@ -182,3 +199,171 @@ def family_sample(family: Family) -> int:
     from oracles.plugin.port_scope import EXECUTION_SAMPLE_TOKENS
 
     return EXECUTION_SAMPLE_TOKENS
+
+
+#: The marks this module may give a test beyond its own: :func:`_param` and :func:`_none` (``skip``,
+#: :data:`MISSING`), :func:`modify_items` and :func:`_gate_port` (``skip``, ``xdist_group``).
+PLUGIN_MARKS = frozenset({"skip", MISSING, "xdist_group"})
+_EXPRESSION = pytest.StashKey["tuple[str, Expression | None]"]()
+
+
+class Unexpanded(pytest.Function):
+    """A test function collected once, without its parameters, because ``-m`` cannot select it
+    (:func:`unexpanded`); pytest's ``-m`` deselects it. Its node id is the function's (no ``[...]``)."""
+
+    def setup(self) -> None:
+        """Refuse to run: only a mark given after collection (by another plugin or a conftest) can have
+        selected this item, and it has no pin, engine or record to run with.
+
+        Raises:
+            pytest.fail.Exception: one line naming the test and the ``-m`` expression.
+        """
+        pytest.fail(f"{self.nodeid}: not parametrized: -m {self.config.option.markexpr!r} cannot select it by the "
+                    "marks it and pytest-oracles give it, but a mark added after collection did; give it that mark "
+                    "in its module, or select it without -m", pytrace=False)
+
+
+def unexpanded(collector: pytest.Module | pytest.Class, name: str, obj: object) -> list[pytest.Item] | None:
+    """Under ``-m EXPR``: ``[Unexpanded item]`` for a test function that takes ``pin``, ``engine_id`` or
+    ``port_id`` (itself or through a fixture) and that EXPR cannot select, else None (pytest collects
+    it as usual, every parameter set). ``obj`` is ``collector``'s attribute ``name``.
+
+    "Cannot select": EXPR is false for the function's own marks (its decorators, its class's and
+    module's ``pytestmark``) together with any of the marks a parameter set could bring
+    (``pytest.param(..., marks=...)`` in its ``parametrize`` marks or its fixtures' params) or this
+    plugin add (:data:`PLUGIN_MARKS`). Such an item would be deselected whichever parameters it had, so
+    the pin x engine x record product is not computed for it: ``pytest -m dry`` reports fewer
+    deselected tests, and the (engine, pin) pairs left out (report header, receipt) are those of the
+    tests ``-m`` may select. ``-k`` plays no part: it matches parametrized ids, which only the expansion makes.
+    A function whose parameters come from elsewhere (a ``pytest_generate_tests`` in a conftest, its
+    module or class, another plugin) or from an iterator is always expanded: their marks are unknown
+    until then.
+
+    Raises:
+        Nothing: a function this cannot judge is left to pytest's own collection, errors and warnings.
+    """
+    expression = _expression(collector.config)
+    func = getattr(obj, "__func__", obj)
+    if expression is None or not _plain_test_function(collector, name, obj, func):
+        return None
+    marks = [*get_unpacked_marks(func), *collector.iter_markers()]
+    free = _parametrize_marks(marks)
+    if free is None or can_select(expression, marks, PLUGIN_MARKS | free) or not _known_generators(collector):
+        return None
+    item = Unexpanded.from_parent(collector, name=name)
+    if PARAMETERS.isdisjoint(item.fixturenames):
+        return None
+    fixture_marks = _fixture_param_marks(item)
+    if fixture_marks is None or can_select(expression, marks, PLUGIN_MARKS | free | fixture_marks):
+        return None
+    return [item]
+
+
+#: One query of ``-m`` on a mark: its name and the keyword arguments asked, sorted.
+_Query = tuple[str, tuple[tuple[str, Any], ...]]
+
+
+class _Branch:
+    """A matcher for ``Expression.evaluate``: ``marks`` present, the free queries in ``fixed`` as given,
+    any other free query absent and noted in ``reached`` (to be branched on)."""
+
+    def __init__(self, present: MarkMatcher, free: Collection[str], fixed: dict[_Query, bool]) -> None:
+        self.present, self.free, self.fixed = present, free, fixed
+        self.reached: list[_Query] = []
+
+    def __call__(self, name: str, /, **kwargs: str | int | bool | None) -> bool:
+        if self.present(name, **kwargs):
+            return True
+        query = (name, tuple(sorted(kwargs.items())))
+        if name not in self.free or query in self.fixed:
+            return self.fixed.get(query, False)
+        self.reached.append(query)
+        return False
+
+
+def can_select(expression: Expression, marks: Iterable[pytest.Mark], free: Collection[str]) -> bool:
+    """Whether ``expression`` (a compiled ``-m``) is true for an item holding ``marks`` and any of the
+    marks named in ``free``, with any arguments. Each distinct query of a free name (``skip``,
+    ``skip(reason="x")``) is an unknown, searched both absent and present (``not slow`` is not monotone
+    in the marks), branching only on the unknowns an evaluation reaches; a mark in ``marks`` is never
+    taken away. Pure.
+    """
+    present = MarkMatcher.from_markers(marks)
+    pending: list[dict[_Query, bool]] = [{}]
+    while pending:
+        fixed = pending.pop()
+        branch = _Branch(present, free, fixed)
+        if expression.evaluate(branch):
+            return True
+        if branch.reached:  # that evaluation took its first unknown absent: fix it either way, go on
+            first = branch.reached[0]
+            pending += [{**fixed, first: False}, {**fixed, first: True}]
+    return False
+
+
+def _expression(config: pytest.Config) -> Expression | None:
+    """The ``-m`` expression compiled once per session; None without ``-m`` or when it does not compile
+    (pytest's own ``-m`` handling then refuses it, one line)."""
+    raw = getattr(config.option, "markexpr", "") or ""
+    cached = config.stash.get(_EXPRESSION, None)
+    if cached is None or cached[0] != raw:
+        try:
+            compiled = Expression.compile(raw) if raw else None
+        except SyntaxError:
+            compiled = None
+        cached = config.stash[_EXPRESSION] = (raw, compiled)
+    return cached[1]
+
+
+def _plain_test_function(collector: pytest.Collector, name: str, obj: object, func: object) -> bool:
+    """What pytest's own ``pytest_pycollect_makeitem`` collects as one test function without a warning
+    or an error of its own (it keeps those: a non-function, ``__test__ = False``, a generator)."""
+    if not isinstance(collector, pytest.Module | pytest.Class) or not collector.istestfunction(obj, name):
+        return False
+    return inspect.isfunction(func) and bool(getattr(func, "__test__", True)) and not inspect.isgeneratorfunction(func)
+
+
+def _known_generators(collector: pytest.Module | pytest.Class) -> bool:
+    """Whether the only ``pytest_generate_tests`` for ``collector``'s tests are pytest's own (parametrize
+    marks, fixture params) and this plugin's: no conftest, module, class or other plugin adds parameters
+    (and marks with them) that are unknown before they are made."""
+    module = collector.getparent(pytest.Module)
+    cls = collector.getparent(pytest.Class)
+    if any(hasattr(node.obj, "pytest_generate_tests") for node in (module, cls) if node is not None):
+        return False
+    manager = collector.config.pluginmanager
+    known = (manager.get_plugin("python"), manager.get_plugin("funcmanage"), plugin)
+    return all(any(impl.plugin is k for k in known) for impl in collector.ihook.pytest_generate_tests.get_hookimpls())
+
+
+def _param_set_marks(values: object) -> set[str] | None:
+    """The mark names the parameter sets among ``values`` carry; None when ``values`` is not a
+    collection (an iterator read here would be empty for pytest)."""
+    if not isinstance(values, Collection):
+        return None
+    return {mark.name for value in values if isinstance(value, ParameterSet) for mark in value.marks}
+
+
+def _parametrize_marks(marks: Iterable[pytest.Mark]) -> set[str] | None:
+    """The mark names the parameter sets of the ``parametrize`` marks among ``marks`` carry (None: unknown)."""
+    names: set[str] = set()
+    for mark in marks:
+        if mark.name != "parametrize":
+            continue
+        values = _param_set_marks(mark.args[1] if len(mark.args) > 1 else mark.kwargs.get("argvalues", ()))
+        if values is None:
+            return None
+        names |= values
+    return names
+
+
+def _fixture_param_marks(item: pytest.Function) -> set[str] | None:
+    """The mark names the params of the fixtures ``item`` uses carry (None: unknown)."""
+    names: set[str] = set()
+    for definitions in item._fixtureinfo.name2fixturedefs.values():
+        for definition in definitions:
+            values = _param_set_marks(definition.params) if definition.params is not None else set()
+            if values is None:
+                return None
+            names |= values
+    return names
