@@ -102,7 +102,7 @@ def main() -> int:
         sides.append(Side(f"baseline {args.baseline}", Path(args.baseline).resolve(), str(Path(args.baseline).resolve())))
     with tempfile.TemporaryDirectory(prefix="oracles-smoke-") as tmp:
         cache = None if args.no_bytecode else Path(tmp) / "pycache"
-        commands = {"A": (f"--receipts-dir={tmp}/receipts",), "B": ("--collect-only", "-q")}  # "=": plugin.PATH_OPTIONS
+        commands = {"A": (f"--receipts-dir={tmp}/receipts",), "B": ("--collect-only", "-q")}  # "=": options.check_path_words
         for side in sides:  # warm-up: page cache, bytecode
             for extra in commands.values():
                 run(side, extra, cache)

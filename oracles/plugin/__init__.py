@@ -23,6 +23,7 @@ import pytest
 
 import oracles.families as families
 from oracles.pins.project import DEFAULTS, PINS_KEY, RECORDS_KEY
+from oracles.plugin.fixtures import FIXTURES, PARAMETERS
 from oracles.plugin.options import add_options, asked, enabled_by_options
 
 if TYPE_CHECKING:
@@ -37,10 +38,6 @@ ENABLED_KEY = pytest.StashKey[bool]()
 SESSION_KEY = pytest.StashKey["OracleSession"]()
 #: The families plugins added at configure, taken out again at unconfigure.
 ADDED_KEY = pytest.StashKey[tuple["Family", ...]]()
-#: The parameters the plugin fills, and the fixtures it gives: a test using one activates the session.
-PARAMETERS = frozenset({"pin", "engine_id", "port_id"})
-FIXTURES = frozenset({"engines", "engine", "reference", "port", "pin_file", "runs", "receipt", "verified_snapshot",
-                      "snapshot_overrides"}) | PARAMETERS
 PACKAGE = str(Path(__file__).resolve().parents[1])
 
 
@@ -113,7 +110,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def pytest_pycollect_makeitem(collector: pytest.Module | pytest.Class, name: str, obj: object) -> list[pytest.Item] | None:
     """Under ``-m``, a test of ours the expression cannot select is collected unparametrized
     (:func:`oracles.plugin.collect.unexpanded`)."""
-    if not (collector.config.option.markexpr and _active(collector.config)):
+    if not (collector.config.option.markexpr and SESSION_KEY in collector.config.stash):
         return None
     from oracles.plugin import collect
 

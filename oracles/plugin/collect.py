@@ -24,6 +24,7 @@ numpy, engine or receipt module (:class:`Settings` is a type here only).
 from __future__ import annotations
 
 import inspect
+import sys
 from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,10 +34,9 @@ from _pytest.mark import MarkMatcher, ParameterSet
 from _pytest.mark.expression import Expression
 from _pytest.mark.structures import get_unpacked_marks
 
-from oracles import plugin
 from oracles.errors import TokensMissing
 from oracles.families import Family, family_of
-from oracles.plugin import PARAMETERS
+from oracles.plugin.fixtures import PARAMETERS
 from oracles.plugin.groups import record_group
 
 if TYPE_CHECKING:
@@ -332,7 +332,8 @@ def _known_generators(collector: pytest.Module | pytest.Class) -> bool:
     if any(hasattr(node.obj, "pytest_generate_tests") for node in (module, cls) if node is not None):
         return False
     manager = collector.config.pluginmanager
-    known = (manager.get_plugin("python"), manager.get_plugin("funcmanage"), plugin)
+    # the plugin module itself, looked up rather than imported (it imports this module)
+    known = (manager.get_plugin("python"), manager.get_plugin("funcmanage"), sys.modules.get("oracles.plugin"))
     return all(any(impl.plugin is k for k in known) for impl in collector.ihook.pytest_generate_tests.get_hookimpls())
 
 
