@@ -74,6 +74,7 @@ def table(report: dict[str, Any]) -> list[str]:
 def plot(report: dict[str, Any]) -> bytes:
     """PNG: per-stage NMSE (log scale) of the port against the reference, the budget line, the named
     stage marked. Bit-equal stages (NMSE 0) are drawn at 1e-18."""
+    from oracles.checks.tolerance import FLOAT32
     from oracles.commands.plots import png_bytes, pyplot
 
     plt = pyplot()
@@ -83,7 +84,9 @@ def plot(report: dict[str, Any]) -> bytes:
     x = list(range(len(found)))
     fig, ax = plt.subplots(figsize=(max(6.0, 0.28 * len(found)), 4.0))
     ax.semilogy(x, [max(s["nmse"], floor) for s in found], "o-", label=f"{report['port']} vs {report['reference']}")
-    ax.semilogy(x, [s["budget"] for s in found], "--", color="grey", label="budget (fp32 noise floor x 1000)")
+    bounds = report.get("tolerance") or {"name": FLOAT32.name, "margin": FLOAT32.bisect_margin}  # an unnamed report
+    ax.semilogy(x, [s["budget"] for s in found], "--", color="grey",
+                label=f"budget ({bounds['name']} noise floor x {bounds['margin']:g})")
     if report["divergent"] is not None:
         i = next(k for k, s in enumerate(found) if s["name"] == report["divergent"])
         ax.axvline(i, color="red", alpha=0.5)
@@ -238,7 +241,7 @@ def run(args: argparse.Namespace) -> int:
         ids = reference.chat_ids(record.message_list)  # the pin's own tokenizer and chat template
     except Unsupported as exc:  # a fault the pin's model has no place for; a tokenizer without a chat template
         raise OracleError(str(exc)) from None
-    report = localise(against, port, ids, args.record)
+    report = localise(against, port, ids, args.record, tolerance=port.tolerance())
     print("\n".join(table(report)))
     if report["cannot_localise"]:
         return 2

@@ -11,8 +11,9 @@ into a skip naming engine and capability, never a pass. Families ask capabilitie
 a port that is the reference's own class registered under another id must pass everything the
 reference passes.
 
-This module imports numpy only; an adapter imports its framework inside its own module, lazily, so
-the registry can ask :meth:`Engine.unavailable_reason` without loading torch or mlx.
+This module imports numpy (and the pure :mod:`oracles.checks.tolerance`) only; an adapter imports its
+framework inside its own module, lazily, so the registry can ask :meth:`Engine.unavailable_reason`
+without loading torch or mlx.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
 import numpy as np
+
+from oracles.checks.tolerance import FLOAT32, Tolerance
 
 if TYPE_CHECKING:
     from oracles.engines.taps import Taps
@@ -101,6 +104,13 @@ class Engine:
 
     def __init__(self, root: Path, pin: str, threads: int = 0) -> None:
         self.root, self.pin, self.threads = Path(root), pin, threads
+
+    def tolerance(self) -> Tolerance:
+        """The bounds every check of this engine applies (:class:`oracles.checks.tolerance.Tolerance`): a
+        port test holds the port to the port's. Default :data:`oracles.checks.tolerance.FLOAT32`, the
+        bounds of a port that computes the reference's float32 graph in another order; an adapter of
+        another precision answers with its own (judged from its artifact and pin)."""
+        return FLOAT32
 
     # -- where it can run ------------------------------------------------------------------
     @classmethod

@@ -18,6 +18,7 @@ from oracles.engines.base import Engine, Generation, Prompt, Sampler, Step
 from oracles.faults.kinds import Fault
 
 if TYPE_CHECKING:
+    from oracles.checks.tolerance import Tolerance
     from oracles.engines.taps import Taps
     from oracles.faults.kinds import Faultable
 
@@ -78,6 +79,10 @@ class FaultPort(Engine):
     def describe(self) -> dict[str, Any]:
         return {**self.base.describe(), "engine": self.id, "fault": self.fault.name,
                 "fault_title": self.fault.describe(self.base)}
+
+    def tolerance(self) -> Tolerance:
+        """The wrapped engine's bounds: a fault changes what the port computes, not its precision."""
+        return self.base.tolerance()
 
     def stage(self) -> str | None:
         """Where bisect must localise the fault (:meth:`Fault.stage`)."""

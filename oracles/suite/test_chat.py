@@ -12,10 +12,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from oracles.checks.cache import CACHE_ATOL, CACHE_NMSE, cache_failure, cache_figures
+from oracles.checks.cache import cache_failure, cache_figures
 from oracles.checks.exact import assert_ids_equal
 from oracles.checks.fingerprint import fingerprint
 from oracles.checks.port import assert_within_thresholds, first_divergence, held_figures
+from oracles.checks.tolerance import Tolerance
 from oracles.engines.base import Engine
 from oracles.families import DEFAULT_PIN
 from oracles.families.execution import runs as ex
@@ -95,14 +96,16 @@ def test_cache_holds_frontier(runs: Runs, engine: Engine, record: ChatRecord, re
 
 def test_warm_equals_cold(runs: Runs, engine: Engine, record: ChatRecord, receipt: Receipt) -> None:
     """Next-token logits after a turn's suffix through the live cache agree with a cold prefill of the
-    same ids, within :mod:`oracles.checks.cache`'s bounds (max |Δ|, NMSE, argmax)."""
+    same ids, within :mod:`oracles.checks.cache`'s bounds (max |Δ|, NMSE, argmax) of the engine's tolerance."""
     run = _run(runs, engine, record)
+    tolerance = engine.tolerance()
     figures, failures = [], []
     for t in run.turns:
         figures.append({"turn": t.index + 1, "ids": len(t.frontier) + len(t.suffix), **cache_figures(t.warm, t.cold)})
-        if msg := cache_failure(f"turn {t.index + 1} ({len(t.frontier) + len(t.suffix)} ids), warm", t.warm, t.cold):
+        where = f"turn {t.index + 1} ({len(t.frontier) + len(t.suffix)} ids), warm"
+        if msg := cache_failure(where, t.warm, t.cold, tolerance=tolerance):
             failures.append(msg)
-    receipt.update(atol=CACHE_ATOL, nmse_max=CACHE_NMSE, turns=figures)
+    receipt.update(atol=tolerance.cache_atol, nmse_max=tolerance.cache_nmse, turns=figures)
     assert not failures, f"{record.id}: " + "; ".join(failures)
 
 
@@ -135,18 +138,18 @@ def test_completion_counts(runs: Runs, engine: Engine, record: ChatRecord, recei
     assert all(c > 0 for c in counts), f"{record.id}: an empty answer: {counts}"
 
 
-def _held_port(what: str, ref_logits: Any, port_logits: Any, receipt: Receipt) -> None:
+def _held_port(what: str, ref_logits: Any, port_logits: Any, receipt: Receipt, tolerance: Tolerance) -> None:
     __tracebackhide__ = True
     fig = held_figures(what, ref_logits, port_logits)
     receipt.update(fig)
-    assert_within_thresholds(what, fig)
+    assert_within_thresholds(what, fig, tolerance=tolerance)
 
 
 @pytest.mark.port
 def test_chat_vs_reference(runs: Runs, reference: Engine, port: Engine, record: ChatRecord,
                            receipt: Receipt) -> None:
     """Port vs reference (marker port): each turn's suffix ids and tokens equal, warm next-token logits
-    within the fp32 thresholds of oracles.checks.port."""
+    within the port's thresholds (``port.tolerance()``, oracles.checks.port)."""
     ref, got = ex.chat(runs, reference, record), ex.chat(runs, port, record)
     firsts = [first_divergence(a.tokens, b.tokens) for a, b in zip(ref.turns, got.turns)]
     receipt.update(request_sha256=record.sha256, kind="chat", first_divergent_token_per_turn=firsts)
@@ -154,7 +157,7 @@ def test_chat_vs_reference(runs: Runs, reference: Engine, port: Engine, record: 
                                               f"{len(ref.turns)} (port: {got.stopped}; reference: {ref.stopped})")
     warm_ref = np.stack([t.warm for t in ref.turns])
     warm_port = np.stack([t.warm for t in got.turns])
-    _held_port(f"{record.id}: warm next-token logits per turn", warm_ref, warm_port, receipt)
+    _held_port(f"{record.id}: warm next-token logits per turn", warm_ref, warm_port, receipt, port.tolerance())
     for a, b in zip(ref.turns, got.turns):
         assert_ids_equal(b.suffix, a.suffix, f"{record.id} turn {a.index + 1}: suffix ids")
         assert_ids_equal(b.tokens, a.tokens, f"{record.id} turn {a.index + 1}: port {port.id} tokens vs reference")

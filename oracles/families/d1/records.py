@@ -56,10 +56,6 @@ INSTRUCTIONS = {
     "choice": "Answer with one of these options only: {options}.",
     "score": "Answer with one whole number from {min} to {max} only.",
 }
-#: A near tie: the top-2 probability gap of a question is at most this (the seed's threshold).
-NEAR_TIE = 0.02
-#: A red arm is adopted as a control only when it moves some option's probability by more than this.
-RED_ARM_MIN = 0.02
 
 
 @dataclass(frozen=True)
