@@ -130,7 +130,7 @@ def _refuse_unsupported(option: str, engine_id: str, pin: Pin) -> None:
         raise OracleError(f"{option} {engine_id}: {reason}")
 
 
-def _engine(engine_id: str, root: Path, pin: str, threads: int) -> Engine:
+def _engine(engine_id: str, root: Path, pin: Pin, threads: int) -> Engine:
     """The engine, built as the plugin's engine fixture builds it (:class:`oracles.plugin.fixtures.EngineLoader`):
     any load error, and a tokenizer that disagrees with the pin's recorded ids, become one line.
 
@@ -140,14 +140,14 @@ def _engine(engine_id: str, root: Path, pin: str, threads: int) -> Engine:
     from oracles.engines import engine_class
     from oracles.plugin.fixtures import EngineLoader
 
-    loader = EngineLoader(lambda _pin: root, threads, lambda _engine_id: {}, lambda *_a, **_k: None)
+    loader = EngineLoader(lambda _pin: root, threads, lambda _engine_id: {}, lambda *_a, **_k: None, lambda _name: pin)
     built = loader.build(engine_class(engine_id), root, pin)
     if isinstance(built, str):
         raise OracleError(built)
     return built
 
 
-def _port(engine_id: str, root: Path, pin: str, threads: int, reference: Engine) -> tuple[Engine, Engine]:
+def _port(engine_id: str, root: Path, pin: Pin, threads: int, reference: Engine) -> tuple[Engine, Engine]:
     """(the port, the engine it is held against): a fault port against the engine it wraps (the
     reference, or its variant: the windowed one), any other port against the reference."""
     if engine_id.startswith(FAULT_PREFIX):
@@ -235,9 +235,9 @@ def run(args: argparse.Namespace) -> int:
         _refuse_unsupported("--port", args.port, pin)
     root = args.snapshot or snapshot_dir(pin)
     verify_snapshot(pin, root, origin="--snapshot" if args.snapshot else None)
-    reference = _engine(args.reference, root, pin.name, args.threads)
+    reference = _engine(args.reference, root, pin, args.threads)
     try:
-        port, against = _port(args.port, root, pin.name, args.threads, reference)
+        port, against = _port(args.port, root, pin, args.threads, reference)
         ids = reference.chat_ids(record.message_list)  # the pin's own tokenizer and chat template
     except Unsupported as exc:  # a fault the pin's model has no place for; a tokenizer without a chat template
         raise OracleError(str(exc)) from None

@@ -1,7 +1,7 @@
 """Engine registry: the built-in adapters plus any a user plugs in through the entry-point group
 ``oracles.engines`` (``name = "package.module:Class"``, the class a subclass of
 :class:`oracles.engines.base.Engine` whose ``id`` is ``name``). An engine is built as
-``Class(root: Path, pin: str, threads: int)``.
+``Class(root: Path, pin: oracles.pins.pin.Pin, threads: int)``.
 
 Resolving an id imports the adapter's module, which is light: adapters import their framework when an
 engine is built, so ``unavailable_reason`` (a classmethod) answers without torch or mlx.

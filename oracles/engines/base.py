@@ -45,19 +45,22 @@ if TYPE_CHECKING:
 
 
 #: What every engine has once built (:class:`Engine`'s docstring says what each is).
-REQUIRED_MEMBERS = ("id", "pin", "root", "vocab_size", "hidden_size", "num_layers", "eos_token_ids", "max_context",
-                    "tokenizer")
+REQUIRED_MEMBERS = ("id", "pin", "root", "pin_file", "vocab_size", "hidden_size", "num_layers", "eos_token_ids",
+                    "max_context", "tokenizer")
 
 
 class Engine:
     """One framework's adapter. Subclasses set :attr:`id` and the model facts in ``__init__``.
 
-    Built as ``Engine(root, pin, threads)``: ``root`` the verified snapshot folder, ``pin`` its pin
-    name (recorded with every figure), ``threads`` the intra-op thread count (0: the library's own).
+    Built as ``Engine(root, pin, threads)``: ``root`` the verified snapshot folder, ``pin`` its loaded
+    :class:`oracles.pins.pin.Pin` (``oracles.pins.pin.load_pin(name)``), ``threads`` the intra-op
+    thread count (0: the library's own).
 
     Members every engine has (:data:`REQUIRED_MEMBERS`, checked once when the plugin builds it: a
     missing one fails the (engine, pin) pair in one line naming them all): the class attribute ``id``
-    (its registry name), and, set in ``__init__``: ``pin`` and ``root`` (by this class's ``__init__``),
+    (its registry name), and, set in ``__init__``: ``pin`` (the pin's name, recorded with every figure
+    and in every run key), ``pin_file`` (the :class:`oracles.pins.pin.Pin` itself) and ``root`` (by
+    this class's ``__init__``),
     ``vocab_size`` (``V``, the logits' width), ``hidden_size`` (``D``), ``num_layers`` (decoder layers
     ``L``), ``eos_token_ids``, ``max_context`` (0: no limit), and ``tokenizer``, a
     :class:`oracles.engines.types.Tokenizer`: ``apply_chat_template``, ``encode``, ``decode`` and
@@ -74,6 +77,7 @@ class Engine:
     devices: ClassVar[tuple[str, ...]] = ("cpu",)
 
     pin: str
+    pin_file: "Pin"
     root: Path
     vocab_size: int
     hidden_size: int
@@ -82,14 +86,26 @@ class Engine:
     max_context: int
     tokenizer: Tokenizer
 
-    def __init__(self, root: Path, pin: str, threads: int = 0) -> None:
-        self.root, self.pin, self.threads = Path(root), pin, threads
+    def __init__(self, root: Path, pin: "Pin", threads: int = 0) -> None:
+        """Keep the snapshot folder, the pin (``pin_file``, and its name as ``pin``) and the thread count.
+
+        Raises:
+            TypeError: ``pin`` is not a :class:`oracles.pins.pin.Pin` (a pin name, say), class named.
+        """
+        from oracles.pins.pin import Pin
+
+        if not isinstance(pin, Pin):
+            cls = type(self)
+            raise TypeError(f"{cls.__module__}.{cls.__qualname__}(root, pin, threads): pin is a {type(pin).__name__} "
+                            f"{pin!r}; an engine is built with the loaded oracles.pins.pin.Pin "
+                            "(oracles.pins.pin.load_pin(name))")
+        self.root, self.pin, self.pin_file, self.threads = Path(root), pin.name, pin, threads
 
     def tolerance(self) -> Tolerance:
         """The bounds every check of this engine applies (:class:`oracles.checks.tolerance.Tolerance`): a
         port test holds the port to the port's. Default :data:`oracles.checks.tolerance.FLOAT32`, the
         bounds of a port that computes the reference's float32 graph in another order; an adapter of
-        another precision answers with its own (judged from its artifact and pin)."""
+        another precision answers with its own (judged from its artifact, :attr:`pin_file`)."""
         return FLOAT32
 
     # -- where it can run ------------------------------------------------------------------

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from oracles.faults.kinds import Faultable
 
 #: The facts a family reads from an engine, carried over from the wrapped one.
-FACTS = ("pin", "root", "threads", "vocab_size", "hidden_size", "num_layers", "eos_token_ids", "max_context",
+FACTS = ("pin", "pin_file", "root", "threads", "vocab_size", "hidden_size", "num_layers", "eos_token_ids", "max_context",
          "tokenizer", "model", "tied")
 
 

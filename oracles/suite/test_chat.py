@@ -21,7 +21,6 @@ from oracles.engines.base import Engine
 from oracles.families import DEFAULT_PIN
 from oracles.families.execution import runs as ex
 from oracles.families.execution.chat import ChatRecord
-from oracles.pins.pin import untrained_reason
 from oracles.plugin.fixtures import Runs
 from oracles.receipts.table import Receipt
 from oracles.receipts.units import attach_unit
@@ -56,7 +55,7 @@ def test_turns_finish_with_stop(runs: Runs, engine: Engine, record: ChatRecord, 
     """Every turn ends with a stop token within the cap; tokens, text and counts recorded. On an
     untrained pin the figures are recorded and the stop check skips, naming the pin's declaration;
     NO_STOP's gaps hold on the pin they were measured on."""
-    untrained = untrained_reason(engine.pin, "ending each chat turn with a stop token")
+    untrained = engine.pin_file.untrained_reason("ending each chat turn with a stop token")
     if (engine.pin, record.id) in NO_STOP and untrained is None:
         request.applymarker(pytest.mark.xfail(strict=True, reason=NO_STOP[(engine.pin, record.id)]))
     run = _run(runs, engine, record)
@@ -86,7 +85,7 @@ def test_cache_holds_frontier(runs: Runs, engine: Engine, record: ChatRecord, re
     receipt.update(frontiers=[len(t.frontier) for t in run.turns],
                    first_mismatch=[first_divergence(t.frontier, t.rendered_prefix) for t in run.turns],
                    stopped=run.stopped)
-    if why := untrained_reason(engine.pin, "emitting tokens the tokenizer re-encodes to themselves"):
+    if why := engine.pin_file.untrained_reason("emitting tokens the tokenizer re-encodes to themselves"):
         pytest.skip(why)
     for t in run.turns:
         assert_ids_equal(t.frontier, t.rendered_prefix,
@@ -131,7 +130,7 @@ def test_completion_counts(runs: Runs, engine: Engine, record: ChatRecord, recei
     counts = [t.completion_tokens for t in run.turns]
     receipt.update(completion_tokens=counts, prompt_tokens=[len(t.frontier) + len(t.suffix) for t in run.turns])
     feeds = "emitting tokens that re-encode to as many ids, so every turn has ids to feed"
-    if run.stopped and (why := untrained_reason(engine.pin, feeds)):
+    if run.stopped and (why := engine.pin_file.untrained_reason(feeds)):
         pytest.skip(f"{why}; {run.stopped}")
     assert len(counts) == len(record.turns) == 3, \
         f"{record.id}: {len(counts)} turns ran, {len(record.turns)} asked" + (f"; {run.stopped}" if run.stopped else "")

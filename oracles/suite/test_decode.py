@@ -15,7 +15,6 @@ from oracles.engines.base import Engine
 from oracles.families.execution import runs as ex
 from oracles.families.execution.decode import recompute_steps
 from oracles.families.execution.prompts import PromptRecord, load_prompts
-from oracles.pins.pin import untrained_reason
 from oracles.plugin.fixtures import Runs
 from oracles.plugin.port_scope import EXECUTION_SAMPLE_TOKENS, PortScope
 from oracles.receipts.table import Receipt
@@ -43,7 +42,7 @@ def test_decode_to_stop(runs: Runs, engine: Engine, record: PromptRecord, receip
                    prefill_seconds=round(run.prefill_seconds, 4), decode_seconds=round(run.decode_seconds, 4),
                    decode_tokens_per_second=round(run.decode_tokens_per_second, 3))
     assert run.tokens, f"{record.id}: no token decoded"
-    if why := untrained_reason(engine.pin, "ending a generation with a stop token"):
+    if why := engine.pin_file.untrained_reason("ending a generation with a stop token"):
         pytest.skip(why)
     assert run.finish_reason == "stop", (f"{record.id}: no stop token {sorted(engine.eos_token_ids)} within "
                                          f"max_new_tokens={run.max_new_tokens}; last tokens {run.tokens[-8:]}")

@@ -26,13 +26,16 @@ import json
 import platform
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
 from oracles.engines.base import Engine, Generation, Prompt, Sampler, Step, check_forward_length, hub_offline, pinned_config
 from oracles.engines.mlx import hybrid as mlx_hybrid
 from oracles.engines.mlx.cohort import MlxCohort, flat_parameters
+
+if TYPE_CHECKING:
+    from oracles.pins.pin import Pin
 
 
 class _LazyModule:
@@ -142,7 +145,7 @@ class MlxPort(MlxCohort):
 
     Args:
         root: the snapshot folder (config, safetensors weights, tokenizer, chat template).
-        pin: the pin name.
+        pin: the loaded pin (its name is :attr:`pin`).
         threads: unused (MLX's CPU backend picks its own threads); recorded by :meth:`describe`.
 
     Raises:
@@ -176,7 +179,7 @@ class MlxPort(MlxCohort):
             return f"mlx-lm cannot load pin {pin.name} ({pin.model_class}): {missing}"
         return None
 
-    def __init__(self, root: Path, pin: str, threads: int = 0) -> None:
+    def __init__(self, root: Path, pin: Pin, threads: int = 0) -> None:
         super().__init__(root, pin, threads)
         hub_offline()
         import mlx_lm
@@ -189,7 +192,7 @@ class MlxPort(MlxCohort):
         self.model, self.tokenizer = loaded[0], loaded[1]
         dtypes = {str(v.dtype) for _, v in flat_parameters(self.model)}
         if dtypes != {"mlx.core.float32"}:
-            raise TypeError(f"mlx port of {pin}: parameters are {sorted(dtypes)}, not float32 only")
+            raise TypeError(f"mlx port of {self.pin}: parameters are {sorted(dtypes)}, not float32 only")
         args = self.model.args
         text = getattr(args, "text_config", None)
         text = text if isinstance(text, dict) else vars(args)

@@ -97,7 +97,7 @@ def main() -> int:
     pin = load_pin(DEFAULT_PIN)
     root = snapshot_dir(pin)
     verify_snapshot(pin, root)
-    doc = measure(TorchReference(root, pin.name))
+    doc = measure(TorchReference(root, pin))
     d1.RED_ARMS.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
     print(f"wrote {d1.RED_ARMS}: {len(doc['arms'])} adopted, {len(doc['not_adopted'])} not adopted")
     return 0
