@@ -5,11 +5,13 @@ A *cache* is the engine's own cache object (KV rows, and recurrent/conv state on
 opaque to the checks); a *snapshot* is an independent copy of one that :meth:`Engine.restore` turns
 back into a live cache.
 
-Capabilities are methods with defaults, in the manner of mlx-lm's cache classes (``is_trimmable()``
-returns False there): a default that cannot serve raises :class:`Unsupported`, which the plugin turns
-into a skip naming engine and capability, never a pass. Families ask capabilities, never engine ids:
-a port that is the reference's own class registered under another id must pass everything the
-reference passes.
+The core members every engine implements are abstract: :meth:`Engine.forward`,
+:meth:`Engine.make_cache` and :meth:`Engine.cache_length` (an engine without them is refused at load,
+never a run of skips). Every other capability is a method with a default, in the manner of mlx-lm's
+cache classes (``is_trimmable()`` returns False there): a default that cannot serve raises
+:class:`Unsupported`, which the plugin turns into a skip naming engine and capability, never a pass.
+Families ask capabilities, never engine ids: a port that is the reference's own class registered under
+another id must pass everything the reference passes.
 
 This module imports numpy (and the pure :mod:`oracles.checks.tolerance`) only; an adapter imports its
 framework inside its own module, lazily, so the registry can ask :meth:`Engine.unavailable_reason`
@@ -18,6 +20,7 @@ without loading torch or mlx.
 
 from __future__ import annotations
 
+import abc
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
@@ -43,18 +46,32 @@ if TYPE_CHECKING:
     from oracles.engines.taps import Taps
     from oracles.pins.pin import Pin
 
-
 #: What every engine has once built (:class:`Engine`'s docstring says what each is).
 REQUIRED_MEMBERS = ("id", "pin", "root", "pin_file", "vocab_size", "hidden_size", "num_layers", "eos_token_ids",
                     "max_context", "tokenizer")
+#: The methods every engine implements (abstract here: a class without one cannot be built).
+CORE_METHODS = ("forward", "make_cache", "cache_length")
 
 
-class Engine:
-    """One framework's adapter. Subclasses set :attr:`id` and the model facts in ``__init__``.
+class Engine(abc.ABC):
+    """One framework's adapter. Subclasses set :attr:`id` and the model facts in ``__init__``, and
+    implement :data:`CORE_METHODS` (:meth:`forward`, :meth:`make_cache`, :meth:`cache_length`).
 
     Built as ``Engine(root, pin, threads)``: ``root`` the verified snapshot folder, ``pin`` its loaded
     :class:`oracles.pins.pin.Pin` (``oracles.pins.pin.load_pin(name)``), ``threads`` the intra-op
-    thread count (0: the library's own).
+    thread count (0: the library's own). A minimal port, registered under the entry-point group
+    ``oracles.engines`` as ``my-port = "my_package.port:MyPort"``::
+
+        class MyPort(Engine):
+            id = "my-port"
+
+            def __init__(self, root: Path, pin: Pin, threads: int = 0) -> None:
+                super().__init__(root, pin, threads)
+                ...  # load the snapshot at root; set the model facts and the tokenizer
+
+            def forward(self, prompt, cache=None, keep=0, layers=False) -> Step: ...
+            def make_cache(self) -> Any: ...
+            def cache_length(self, cache: Any) -> int: ...
 
     Members every engine has (:data:`REQUIRED_MEMBERS`, checked once when the plugin builds it: a
     missing one fails the (engine, pin) pair in one line naming them all): the class attribute ``id``
@@ -153,6 +170,7 @@ class Engine:
         return str(self.tokenizer.decode(list(ids), skip_special_tokens=False))
 
     # -- forward and head ------------------------------------------------------------------
+    @abc.abstractmethod
     def forward(self, prompt: Prompt | Sequence[int], cache: Any | None = None, keep: int = 0,
                 layers: bool = False) -> Step:
         """Run ``prompt`` after what ``cache`` holds (appending to it); ``cache=None`` is a cold prefill.
@@ -165,7 +183,7 @@ class Engine:
                 (:func:`check_forward_length`).
             Unsupported: images for a text-only engine; ``layers=True`` where the engine cannot tap them.
         """
-        raise self._unsupported("forward")
+        raise NotImplementedError(f"{type(self).__qualname__}.forward")
 
     def taps(self, prompt: Prompt | Sequence[int]) -> "Taps":
         """A cold prefill of ``prompt`` with the residual stream and, inside every decoder layer, the
@@ -197,13 +215,15 @@ class Engine:
         return list(p.ids)
 
     # -- cache -----------------------------------------------------------------------------
+    @abc.abstractmethod
     def make_cache(self) -> Any:
         """An empty cache for :meth:`forward`."""
-        raise self._unsupported("make a cache")
+        raise NotImplementedError(f"{type(self).__qualname__}.make_cache")
 
+    @abc.abstractmethod
     def cache_length(self, cache: Any) -> int:
         """Positions ``cache`` holds (0 for None)."""
-        raise self._unsupported("measure a cache")
+        raise NotImplementedError(f"{type(self).__qualname__}.cache_length")
 
     def is_trimmable(self, cache: Any) -> bool:
         """Whether :meth:`trim` can cut ``cache`` (False where it holds recurrent state that folds
@@ -332,6 +352,6 @@ class Engine:
         return None
 
 
-__all__ = ["REQUIRED_MEMBERS", "ContextTooShort", "Engine", "EngineContractError", "Generation", "Prompt", "Sampler",
-           "Step", "Tokenizer", "Unsupported", "as_prompt", "check_cohort", "check_fits", "check_forward_length",
+__all__ = ["CORE_METHODS", "REQUIRED_MEMBERS", "ContextTooShort", "Engine", "EngineContractError", "Generation", "Prompt",
+           "Sampler", "Step", "Tokenizer", "Unsupported", "as_prompt", "check_cohort", "check_fits", "check_forward_length",
            "digest_buffers", "hub_offline", "pinned_config"]

@@ -173,14 +173,18 @@ class EngineLoader:
         return result
 
     def build(self, cls: "type[Engine]", root: Path, pin: Pin) -> "Engine | str":
-        """The engine, or the one line every test of this (engine, pin) fails with: its construction
-        failed, it lacks a member the contract requires (:func:`oracles.engines.contract.contract_refusal`),
-        or its tokenizer disagrees with the pin's (:meth:`tokenizer_refusal`). What the engine returns is
-        checked on every call from then on (:func:`oracles.engines.contract.install_checks`)."""
-        from oracles.engines.contract import contract_refusal, install_checks
+        """The engine, or the one line every test of this (engine, pin) fails with: the class leaves a
+        core method abstract (:func:`oracles.engines.contract.abstract_refusal`, before anything loads),
+        its construction failed, it lacks a member the contract requires
+        (:func:`oracles.engines.contract.contract_refusal`), or its tokenizer disagrees with the pin's
+        (:meth:`tokenizer_refusal`). What the engine returns is checked on every call from then on
+        (:func:`oracles.engines.contract.install_checks`)."""
+        from oracles.engines.contract import abstract_refusal, contract_refusal, install_checks
         from oracles.errors import OracleError
 
         cannot = f"engine {cls.id} cannot load pin {pin.name}"
+        if (abstract := abstract_refusal(cls)) is not None:
+            return f"{cannot}: {abstract}; tried once this session"
         start = time.perf_counter()
         try:
             engine = cls(root, pin, self.threads, **self.engine_kwargs(cls.id))

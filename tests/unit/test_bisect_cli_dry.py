@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import pytest
+from cohort_fake import NoForward
 from test_bisect_dry import D, L, V, forward_arrays, perturbed
 
 from oracles.engines import forget, registry
@@ -51,7 +52,7 @@ class _StubTokenizer:
         return ["" for _ in ids]
 
 
-class _Tapped(Engine):
+class _Tapped(NoForward, Engine):
     """An engine whose prefill is ``arrays`` whatever the prompt (the layer taps bisect reads)."""
 
     arrays: dict[str, np.ndarray] = REF

@@ -11,7 +11,7 @@ from typing import Any, Sequence
 
 import numpy as np
 import pytest
-from cohort_fake import D, DryTokenizer, FakeEngine, V
+from cohort_fake import D, DryTokenizer, FakeEngine, NoForward, V
 
 from oracles.engines.base import REQUIRED_MEMBERS, Engine, EngineContractError, Generation, Sampler, Step, Tokenizer
 from oracles.engines.contract import install_checks
@@ -125,8 +125,9 @@ class TwoMethodTokenizer:
         return ""
 
 
-class Bare(Engine):
-    """Sets nothing but a tokenizer with the two documented methods, and a str for vocab_size."""
+class Bare(NoForward, Engine):
+    """Has the core methods and sets nothing else but a tokenizer with the two documented methods, and a
+    str for vocab_size."""
 
     id = "bare"
     loads = 0

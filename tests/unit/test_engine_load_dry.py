@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cohort_fake import DryTokenizer, fake_pin
+from cohort_fake import DryTokenizer, NoForward, fake_pin
 
 from oracles.engines.base import Engine
 from oracles.engines.mlx.lm import MlxPort, missing_model_module
@@ -99,7 +99,7 @@ def test_mlx_port_keeps_pin_whose_config_is_not_the_pinned_one(tmp_path: Path) -
     assert MlxPort.unsupported_pin(pin) is None
 
 
-class _Broken(Engine):
+class _Broken(NoForward, Engine):
     id = "broken"
     loads = 0
 
@@ -108,7 +108,7 @@ class _Broken(Engine):
         raise ValueError("Model type opt not supported.\nsecond line")
 
 
-class _Refusing(Engine):
+class _Refusing(NoForward, Engine):
     id = "refusing"
 
     def __init__(self, root: Path, pin: Pin, threads: int = 0) -> None:
@@ -189,7 +189,7 @@ def test_canary_disagreement_names_both_tokenizers_and_ids() -> None:
     assert line.endswith("else the pin's tokenizer files are not its model's own")
 
 
-class _Tokenizing(Engine):
+class _Tokenizing(NoForward, Engine):
     id = "tokenizing"
 
     def __init__(self, root: Path, pin: Pin, threads: int = 0) -> None:

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from cohort_fake import fake_pin
+from cohort_fake import NoForward, fake_pin
 
 from oracles.commands.records import build
 from oracles.engines.base import ContextTooShort, Engine, Unsupported, check_fits
@@ -17,7 +17,7 @@ from oracles.pins.pin import load_pin
 pytestmark = pytest.mark.dry
 
 
-class Short(Engine):
+class Short(NoForward, Engine):
     id = "short"
 
     def __init__(self) -> None:

@@ -16,12 +16,12 @@ PIN = "smollm2-draft-twin"
 HOME = str(oracles_home())
 
 ENGINE = """
-from cohort_fake import DryTokenizer
+from cohort_fake import DryTokenizer, NoForward
 
 from oracles.engines.base import Engine
 
 
-class Light(Engine):
+class Light(NoForward, Engine):
     id = "light"
 
     def __init__(self, root, pin, threads=0):
