@@ -14,7 +14,8 @@ import pytest
 from cohort_fake import DryTokenizer, NoForward, fake_pin
 
 from oracles.engines.base import Engine
-from oracles.engines.mlx.lm import MlxPort, missing_model_module
+from oracles.engines.mlx.config import missing_model_module
+from oracles.engines.mlx.lm import MlxPort
 from oracles.errors import OracleError
 from oracles.pins.pin import FileDigest, Pin, available_pins, load_pin, sha256_file
 from oracles.pins.tokenizer import CANARY, canary_disagreement, load_tokenizer
