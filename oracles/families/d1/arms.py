@@ -89,7 +89,8 @@ def measure(engine: Engine) -> dict[str, Any]:
 
 def main() -> int:
     from oracles.engines.torch.reference import TorchReference
-    from oracles.pins.pin import DEFAULT_PIN, load_pin, snapshot_dir, verify_snapshot
+    from oracles.families import DEFAULT_PIN
+    from oracles.pins.pin import load_pin, snapshot_dir, verify_snapshot
 
     if d1.RED_ARMS.exists():
         print(f"{d1.RED_ARMS} exists: measurements are never overwritten", file=sys.stderr)
