@@ -32,8 +32,8 @@ CHATS = ex.CHATS
 #: Records whose greedy turn 1 is known not to stop: SmolLM2-135M-Instruct, greedy, summarising the
 #: README falls into one repeating sentence (measured on the reference: no stop token in 320 tokens,
 #: "... and it is used to create a list of the outputs of a single test, and it is used ..."). Sampling
-#: as the seed's chat does (temperature 0.6, top-p 0.95, top-k 20, seed 0) loops too: measured on the
-#: reference, no stop token in 400 tokens ("The plugin is used to generate a list of tests that can be
+#: as the MTPLX execution reference's chat does (temperature 0.6, top-p 0.95, top-k 20, seed 0) loops
+#: too: measured on the reference, no stop token in 400 tokens ("The plugin is used to generate a list of tests that can be
 #: passed to the `pytest` command." repeated). The turn runs to its cap of 160 (finish_reason
 #: "length"); the cache checks of the chat still hold. Keyed by (pin, record): measured on that pin.
 NO_STOP = {(DEFAULT_PIN, "readme-story-prime"): "greedy SmolLM2-135M repeats one sentence summarising the README: "

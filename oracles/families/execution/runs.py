@@ -52,7 +52,7 @@ WINDOW_ORACLE = "speculative past a KV window"
 WINDOW_MAX_NEW_TOKENS = 24
 
 GREEDY = Sampler()
-#: The seed's sampled setting: temperature 0.6, top-p 0.95, top-k 20, seed 0.
+#: The MTPLX execution reference's sampled setting: temperature 0.6, top-p 0.95, top-k 20, seed 0.
 SAMPLED = Sampler(temperature=0.6, top_p=0.95, top_k=20, seed=0)
 SAMPLERS = {"greedy": GREEDY, "sampled": SAMPLED}
 
