@@ -1,5 +1,7 @@
 """The engine contract, checked where the plugin builds an engine (:class:`oracles.plugin.fixtures.EngineLoader`).
 
+An engine is built as ``Class(root, pin, threads)``: the verified snapshot folder, the loaded
+:class:`oracles.pins.pin.Pin` (kept as ``pin_file``; ``pin`` is its name) and the thread count.
 Once at load, before the class is built, :func:`abstract_refusal`: every core method
 (:data:`oracles.engines.base.CORE_METHODS`) the class leaves abstract; then, on the built engine,
 :func:`missing_members`: every member :class:`oracles.engines.base.Engine` requires

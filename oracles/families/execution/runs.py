@@ -91,7 +91,7 @@ def draft_engine(engines: Engines, engine: Engine, draft: str) -> Engine:
         return engine
     from oracles.pins.pin import load_pin
 
-    if load_pin(DRAFT_PIN).tokenizer_sha256 != load_pin(engine.pin).tokenizer_sha256:
+    if load_pin(DRAFT_PIN).tokenizer_sha256 != engine.pin_file.tokenizer_sha256:
         raise Unsupported(engine.id, f"draft with {DRAFT_PIN} on pin {engine.pin}",
                           "the draft's tokenizer differs from the pin's")
     return engines(engine.id, DRAFT_PIN)
