@@ -88,7 +88,7 @@ def main() -> int:
     root = snapshot_dir(pin)
     verify_snapshot(pin, root)
     start = time.perf_counter()
-    engine = engine_class(a.engine)(root, pin.name, a.threads)
+    engine = engine_class(a.engine)(root, pin, a.threads)
     load_s = time.perf_counter() - start
     rows_doc = d1.rows_doc(DEFAULT_PIN)
     meta = {r["id"]: r for r in rows_doc["requests"]}

@@ -44,7 +44,7 @@ def bare(threads: int) -> None:
         if (engine_id, pin) not in loaded:
             p = load_pin(pin)
             verify_snapshot(p, snapshot_dir(p))
-            loaded[engine_id, pin] = engine_class(engine_id)(snapshot_dir(p), pin, threads)
+            loaded[engine_id, pin] = engine_class(engine_id)(snapshot_dir(p), p, threads)
         return loaded[engine_id, pin]
 
     ids = ["torch", *resolve_ports("auto", "torch")]

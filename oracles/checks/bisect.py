@@ -21,10 +21,11 @@ Budgets are calibrated on the float32 noise floor between two faithful engines: 
     torch vs MLX           2.5e-12  3.5e-12  1.5e-11  5.7e-12  1.0e-11  1.4e-11  2.8e-11
     final norm 2.5e-11; head (logits) 2.0e-10; attention / MLP outputs at most 1.4e-10 / 6.9e-11
 
-The floor grows about linearly with depth (accumulated reordering): :data:`FLOOR_AT_0` +
-:data:`FLOOR_PER_LAYER` x depth bounds every measured depth of the stream (largest ratio 0.98, at
-depth 10, where the first token's massive activation forms; 0.25..0.53 elsewhere). A stage's budget is
-:data:`MARGIN` times that floor: 6e-9 after layer 1, 3.5e-8 after layer 30, 3.7e-8 for the head.
+The floor grows about linearly with depth (accumulated reordering): ``bisect_floor_at_0`` +
+``bisect_floor_per_layer`` x depth (fields of :class:`oracles.checks.tolerance.Tolerance`) bounds every
+measured depth of the stream (largest ratio 0.98, at depth 10, where the first token's massive
+activation forms; 0.25..0.53 elsewhere). A stage's budget is ``bisect_margin`` times that floor: with
+:data:`~oracles.checks.tolerance.FLOAT32`, 6e-9 after layer 1, 3.5e-8 after layer 30, 3.7e-8 for the head.
 The yardstick: llama.cpp's ``test-backend-ops`` holds one op of a backend to NMSE <= 1e-7 by default
 (``test_case::max_nmse_err``) and a matrix product to 5e-4 (``test_mul_mat``, inputs that may be f16
 or quantised); a whole float32 layer stack sits below its strictest band. The smallest fault of the
@@ -38,24 +39,23 @@ from typing import Any
 
 import numpy as np
 
-#: Noise envelope of the per-row NMSE of the stream (module docstring: measured figures).
-FLOOR_AT_0 = 5e-12
-FLOOR_PER_LAYER = 1e-12
-#: Budget / floor: 1000 in NMSE is ~32x in RMS error, room for longer contexts, other float32
-#: kernels and devices, yet 230x below the smallest fault of the panel.
-MARGIN = 1000.0
-#: Noise floor of one layer's attention or MLP output (measured max 1.4e-10 over the 30 layers).
-SUBLAYER_FLOOR = 1.5e-10
+from oracles.checks.tolerance import FLOAT32, Tolerance
 
 
-def budget(depth: int) -> float:
-    """The NMSE budget of the stage at ``depth`` (0 embedding, ``l + 1`` after layer ``l``)."""
-    return MARGIN * (FLOOR_AT_0 + FLOOR_PER_LAYER * depth)
+def noise_floor(depth: int, *, tolerance: Tolerance = FLOAT32) -> float:
+    """The noise floor of the per-row NMSE at ``depth`` (0 embedding, ``l + 1`` after layer ``l``):
+    ``bisect_floor_at_0 + bisect_floor_per_layer * depth``."""
+    return tolerance.bisect_floor_at_0 + tolerance.bisect_floor_per_layer * depth
 
 
-def sublayer_budget() -> float:
-    """The NMSE budget of one layer's attention or MLP output."""
-    return MARGIN * SUBLAYER_FLOOR
+def budget(depth: int, *, tolerance: Tolerance = FLOAT32) -> float:
+    """The NMSE budget of the stage at ``depth``: ``bisect_margin`` times :func:`noise_floor`."""
+    return tolerance.bisect_margin * noise_floor(depth, tolerance=tolerance)
+
+
+def sublayer_budget(*, tolerance: Tolerance = FLOAT32) -> float:
+    """The NMSE budget of one layer's attention or MLP output: ``bisect_margin * bisect_sublayer_floor``."""
+    return tolerance.bisect_margin * tolerance.bisect_sublayer_floor
 
 
 @dataclass(frozen=True)
@@ -114,9 +114,9 @@ def stage(name: str, depth: int, ref: Any, port: Any, limit: float) -> Stage:
                  max_abs_at=(int(at[0]), int(at[1])), cosine=float(np.min(cos)), budget=limit)  # np.min keeps a NaN
 
 
-def stages(ref: dict[str, Any], port: dict[str, Any]) -> list[Stage]:
+def stages(ref: dict[str, Any], port: dict[str, Any], *, tolerance: Tolerance = FLOAT32) -> list[Stage]:
     """Every stage of one forward: ``ref`` and ``port`` hold ``stream`` ``[L + 1, T, D]``, ``hidden``
-    ``[T, D]`` and ``logits`` ``[T, V]`` (float32).
+    ``[T, D]`` and ``logits`` ``[T, V]`` (float32); each stage's budget from ``tolerance`` (:func:`budget`).
 
     Raises:
         ValueError: the two sides differ in layers, positions or widths (both shapes named).
@@ -125,10 +125,10 @@ def stages(ref: dict[str, Any], port: dict[str, Any]) -> list[Stage]:
         raise ValueError(f"layer streams differ in shape: reference {list(np.shape(ref['stream']))} vs port "
                          f"{list(np.shape(port['stream']))} ([L + 1, T, D])")
     n = len(ref["stream"]) - 1
-    out = [stage("embedding" if d == 0 else f"layer {d - 1}", d, ref["stream"][d], port["stream"][d], budget(d))
-           for d in range(n + 1)]
-    out.append(stage("final norm", n + 1, ref["hidden"], port["hidden"], budget(n + 1)))
-    out.append(stage("head", n + 2, ref["logits"], port["logits"], budget(n + 2)))
+    out = [stage("embedding" if d == 0 else f"layer {d - 1}", d, ref["stream"][d], port["stream"][d],
+                 budget(d, tolerance=tolerance)) for d in range(n + 1)]
+    out.append(stage("final norm", n + 1, ref["hidden"], port["hidden"], budget(n + 1, tolerance=tolerance)))
+    out.append(stage("head", n + 2, ref["logits"], port["logits"], budget(n + 2, tolerance=tolerance)))
     return out
 
 
@@ -141,17 +141,19 @@ def first_divergent(found: list[Stage]) -> int | None:
     return None
 
 
-def inside_layer(layer: int, ref: dict[str, Any], port: dict[str, Any]) -> dict[str, Any]:
+def inside_layer(layer: int, ref: dict[str, Any], port: dict[str, Any], *,
+                 tolerance: Tolerance = FLOAT32) -> dict[str, Any]:
     """Attention vs MLP inside decoder layer ``layer``: ``ref``/``port`` hold ``attn`` and ``mlp``
     ``[L, T, D]``. The verdict is the first block over its budget in the order they run
     (``"attention"``, ``"MLP"``), or ``"neither"`` when both are within (the layer's output differs
-    from the sum of its parts: a step after the blocks, such as a rounding of the output)."""
-    limit = sublayer_budget()
+    from the sum of its parts: a step after the blocks, such as a rounding of the output); the blocks'
+    budget from ``tolerance`` (:func:`sublayer_budget`)."""
+    limit = sublayer_budget(tolerance=tolerance)
     attn = stage(f"layer {layer} attention", layer + 1, ref["attn"][layer], port["attn"][layer], limit)
     mlp = stage(f"layer {layer} MLP", layer + 1, ref["mlp"][layer], port["mlp"][layer], limit)
     verdict = "attention" if attn.over else "MLP" if mlp.over else "neither"
     return {"attention": attn.to_json(), "mlp": mlp.to_json(), "verdict": verdict}
 
 
-__all__ = ["FLOOR_AT_0", "FLOOR_PER_LAYER", "MARGIN", "SUBLAYER_FLOOR", "Stage", "budget", "first_divergent",
-           "inside_layer", "row_nmse", "stage", "stages", "sublayer_budget"]
+__all__ = ["Stage", "budget", "first_divergent", "inside_layer", "noise_floor", "row_nmse", "stage", "stages",
+           "sublayer_budget"]

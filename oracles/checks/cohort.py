@@ -17,22 +17,18 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from oracles.checks.tolerance import FLOAT32, Tolerance
+
 LaneState = Mapping[str, np.ndarray]
 
-#: Cohort vs serial max |d logit| on an engine that is not bit-exact. Measured here over the FULL span
-#: (132 steps, torch, one thread): SmolLM2-135M 7.5e-5, the hybrid twin 6.1e-5, the draft twin 7.2e-7.
-#: 1e-3 is 13x the largest; the cohort bugs it must catch are four orders larger (measured breaking the
-#: torch decode_cohort at step 0 of these lanes on SmolLM2: the left padding left unmasked moves the
-#: three padded lanes' logits by 2.6 to 6.5, every position id one off moves all four by 1.3 to 4.2).
-COHORT_ATOL = 1e-3
 
-
-def serial_gap_failure(what: str, serial: Any, cohort: Any) -> str | None:
+def serial_gap_failure(what: str, serial: Any, cohort: Any, *, tolerance: Tolerance = FLOAT32) -> str | None:
     """The cohort family's engine-independent check of one lane, or None when it holds.
 
     ``serial`` and ``cohort`` are the lane's ``[S, V]`` logits, run alone and in the cohort, step by
-    step. Every step must be within COHORT_ATOL (max |Δlogit| over the row) with the same argmax. The
-    failure names the first step over the bound with its gap, and the worst step.
+    step. Every step must be within ``tolerance.cohort_atol`` (max |Δlogit| over the row, derived in
+    :mod:`oracles.checks.tolerance`) with the same argmax. The failure names the first step over the
+    bound with its gap, and the worst step.
 
     Raises:
         ValueError: the shapes differ.
@@ -43,10 +39,10 @@ def serial_gap_failure(what: str, serial: Any, cohort: Any) -> str | None:
     if not s.size:
         return None
     gap = np.abs(s - c).max(axis=-1)
-    over = np.flatnonzero(~(gap <= COHORT_ATOL))  # NaN is over
+    over = np.flatnonzero(~(gap <= tolerance.cohort_atol))  # NaN is over
     if over.size:
         worst = int(np.nanargmax(gap)) if np.isfinite(gap).any() else int(over[0])
-        return (f"{what}: max |Δlogit| over {COHORT_ATOL:g} at {over.size} of {gap.size} steps, first step "
+        return (f"{what}: max |Δlogit| over {tolerance.cohort_atol:g} at {over.size} of {gap.size} steps, first step "
                 f"{int(over[0])} ({gap[over[0]]:.3e}), worst step {worst} ({gap[worst]:.3e})")
     moved = np.flatnonzero(s.argmax(-1) != c.argmax(-1))
     if moved.size:

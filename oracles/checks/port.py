@@ -1,11 +1,10 @@
-"""Port-vs-reference thresholds and figures (pure numpy): ids, argmax agreement, max |Δlogit|, NMSE,
-KL(reference‖port), first divergent generated token. Used by ``oracles/suite/test_port.py`` and
-``oracles compare``.
+"""Port-vs-reference figures and their thresholds (pure numpy): ids, argmax agreement, max |Δlogit|,
+NMSE, KL(reference‖port), first divergent generated token. Used by ``oracles/suite/test_port.py``, the
+fault matrix and ``oracles compare``.
 
-The thresholds are float32 thresholds: a port that computes the same float32 graph in another order
-(other BLAS blocking, fused kernels, another attention kernel) and nothing else. Measured here, MLX
-(CPU) against transformers on SmolLM2-135M-Instruct: max |Δlogit| 1.5e-4 on the 31-token "ping"
-prefill, logits of magnitude up to ~30, so about 40 float32 ULPs at that magnitude after 30 layers.
+The thresholds are a :class:`oracles.checks.tolerance.Tolerance`'s (its port fields, each derived
+there): the port's own in a port test (``port.tolerance()``), :data:`~oracles.checks.tolerance.FLOAT32`
+by default.
 """
 
 from __future__ import annotations
@@ -15,38 +14,11 @@ from typing import Any, Sequence
 import numpy as np
 
 from oracles.checks.close import kl_divergence, log_softmax64, nmse
-
-#: max |Δlogit|: 30x the measured 1.5e-4, room for longer contexts (the error grows with the number
-#: of attended positions) yet 100x below the 0.5+ a real bug gives (a wrong RoPE base measured 9.96).
-MAX_ABS_LOGIT = 5e-3
-#: NMSE: (5e-3 / typical |logit| of ~5)^2 = 1e-6; a sign or scale error gives >1e-2.
-MAX_NMSE = 1e-6
-#: KL(ref‖port) in nats, per row: for small logit noise e, KL ~ Var_p(e)/2 <= (5e-3)^2 / 2 = 1.25e-5.
-MAX_KL = 1.25e-5
-#: An argmax may differ only where the reference's top-2 gap is below this (a near tie that float32
-#: reordering can flip): twice the max |Δlogit| allowed.
-NEAR_TIE = 2 * MAX_ABS_LOGIT
-
-
-#: max |Δp| over one question's read-out probabilities (d1). With p = softmax(s) over the group
-#: scores s_g = logsumexp(x[G_g]) - logsumexp(x) (:mod:`oracles.checks.readout`), a logit error of at
-#: most e moves each logsumexp by at most e, so every s_g - s_h by at most 2e; to first order
-#: dp_g = p_g * sum_h p_h (ds_g - ds_h), so |dp_g| <= p_g (1 - p_g) 2e <= e / 2. A port within
-#: MAX_ABS_LOGIT therefore moves no probability by more than MAX_ABS_LOGIT / 2 = 2.5e-3; this bound is
-#: the threshold, so Δp and Δlogit hold a port to the same float32 standard.
-MAX_ABS_DP = MAX_ABS_LOGIT / 2
-#: The argmax *key* of a question (the answer) may differ only where the reference's top-2 gap of the
-#: read-out probabilities is at most this: two options each moved by at most MAX_ABS_DP, in opposite
-#: directions, close a gap of at most 2 * MAX_ABS_DP = 5e-3, so a larger gap flips only when the
-#: port is outside the Δp threshold too (the key failure then names the answer that changed).
-#: Measured MLX (CPU) vs torch on the d1 port sample (4 rows + 2 tree branches, receipt tag d1cmp):
-#: max |Δp| 7.5e-6 (max |Δlogit| 8.0e-5), so the margin is ~670x the measured noise; a gap at most the
-#: margin is a near tie that float32 reordering may flip, and is recorded, not failed.
-KEY_MARGIN = 2 * MAX_ABS_DP
+from oracles.checks.tolerance import FLOAT32, Tolerance
 
 
 def _shown(limit: float) -> str:
-    """A threshold as written in this module (``1e-06``, ``0.005``); its full repr if ``:g`` would round it."""
+    """A threshold as :data:`FLOAT32` writes it (``1e-06``, ``0.005``); its full repr if ``:g`` would round it."""
     short = f"{limit:g}"
     return short if float(short) == limit else repr(float(limit))
 
@@ -128,20 +100,23 @@ def port_figures(ref_logits: Any, port_logits: Any) -> dict[str, Any]:
             "kl_argmax_row": int(kl.argmax()), "bit_equal": bool(np.array_equal(r2.view("<u4"), p2.view("<u4")))}
 
 
-def threshold_failures(fig: dict[str, Any]) -> list[str]:
-    """The thresholds ``fig`` (from :func:`port_figures`) passes, each as one line; [] when within all."""
+def threshold_failures(fig: dict[str, Any], *, tolerance: Tolerance = FLOAT32) -> list[str]:
+    """The thresholds of ``tolerance`` that ``fig`` (from :func:`port_figures`) passes, each as one line;
+    [] when within all: max |Δlogit| over ``max_abs_logit``, NMSE over ``max_nmse``, KL max over
+    ``max_kl``, an argmax that differs where the reference's top-2 gap is at least ``near_tie``."""
+    t = tolerance
     out = []
-    if fig["max_abs"] > MAX_ABS_LOGIT:
-        out.append(f"max |Δlogit| {compared(fig['max_abs'], '>', MAX_ABS_LOGIT)} at (row, token) {fig['max_abs_at']}")
-    if fig["nmse"] > MAX_NMSE:
-        out.append(f"NMSE {compared(fig['nmse'], '>', MAX_NMSE)}")
-    if fig["kl_max"] > MAX_KL:
-        out.append(f"KL(ref‖port) max {compared(fig['kl_max'], '>', MAX_KL)} nats at row {fig['kl_argmax_row']}")
-    hard = [d for d in fig["disagreements"] if d["ref_top2_gap"] >= NEAR_TIE]
+    if fig["max_abs"] > t.max_abs_logit:
+        out.append(f"max |Δlogit| {compared(fig['max_abs'], '>', t.max_abs_logit)} at (row, token) {fig['max_abs_at']}")
+    if fig["nmse"] > t.max_nmse:
+        out.append(f"NMSE {compared(fig['nmse'], '>', t.max_nmse)}")
+    if fig["kl_max"] > t.max_kl:
+        out.append(f"KL(ref‖port) max {compared(fig['kl_max'], '>', t.max_kl)} nats at row {fig['kl_argmax_row']}")
+    hard = [d for d in fig["disagreements"] if d["ref_top2_gap"] >= t.near_tie]
     if hard:
         d = hard[0]
         out.append(f"argmax differs at row {d['row']}: reference {d['ref']} vs port {d['port']} with a reference "
-                   f"top-2 gap {compared(d['ref_top2_gap'], '>=', NEAR_TIE)} (not a near tie); {len(hard)} such rows")
+                   f"top-2 gap {compared(d['ref_top2_gap'], '>=', t.near_tie)} (not a near tie); {len(hard)} such rows")
     return out
 
 
@@ -171,14 +146,16 @@ def readout_figures(keys: Sequence[str], ref_probs: Sequence[float], port_probs:
             "ref_top2_gap": float(ordered[0] - (ordered[1] if r.size > 1 else 0.0))}
 
 
-def readout_failures(fig: dict[str, Any]) -> list[str]:
-    """The read-out thresholds ``fig`` (from :func:`readout_figures`) passes, one line each; [] when within."""
+def readout_failures(fig: dict[str, Any], *, tolerance: Tolerance = FLOAT32) -> list[str]:
+    """The read-out thresholds of ``tolerance`` that ``fig`` (from :func:`readout_figures`) passes, one
+    line each; [] when within: max |Δp| over ``max_abs_dp``, an answer that differs where the
+    reference's top-2 gap is over ``key_margin``."""
     out = []
-    if fig["max_abs_dp"] > MAX_ABS_DP:
-        out.append(f"max |Δp| {compared(fig['max_abs_dp'], '>', MAX_ABS_DP)} at option {fig['max_abs_dp_key']!r}")
-    if not fig["key_equal"] and fig["ref_top2_gap"] > KEY_MARGIN:
+    if fig["max_abs_dp"] > tolerance.max_abs_dp:
+        out.append(f"max |Δp| {compared(fig['max_abs_dp'], '>', tolerance.max_abs_dp)} at option {fig['max_abs_dp_key']!r}")
+    if not fig["key_equal"] and fig["ref_top2_gap"] > tolerance.key_margin:
         out.append(f"answer differs: reference {fig['ref_key']!r} vs port {fig['port_key']!r} with a reference "
-                   f"top-2 gap {compared(fig['ref_top2_gap'], '>', KEY_MARGIN)} (not a near tie)")
+                   f"top-2 gap {compared(fig['ref_top2_gap'], '>', tolerance.key_margin)} (not a near tie)")
     return out
 
 
@@ -192,15 +169,14 @@ def held_figures(what: str, ref_logits: Any, port_logits: Any) -> dict[str, Any]
         raise AssertionError(f"{what}: {exc}") from None
 
 
-def assert_within_thresholds(what: str, fig: dict[str, Any]) -> None:
-    """Raise AssertionError listing every threshold ``fig`` passes, prefixed with ``what``."""
+def assert_within_thresholds(what: str, fig: dict[str, Any], *, tolerance: Tolerance = FLOAT32) -> None:
+    """Raise AssertionError listing every threshold of ``tolerance`` that ``fig`` passes, prefixed with
+    ``what``."""
     __tracebackhide__ = True
-    failures = threshold_failures(fig)
+    failures = threshold_failures(fig, tolerance=tolerance)
     if failures:
         raise AssertionError(f"{what}: " + "; ".join(failures))
 
 
-__all__ = ["held_figures", "assert_within_thresholds", "MAX_ABS_LOGIT", "MAX_NMSE", "MAX_KL", "NEAR_TIE", "first_divergence",
-           "compared_rows",
-           "port_figures", "threshold_failures", "top2_gap", "log_softmax64", "MAX_ABS_DP", "KEY_MARGIN", "readout_figures",
-           "readout_failures"]
+__all__ = ["assert_within_thresholds", "compared", "compared_rows", "first_divergence", "held_figures", "log_softmax64",
+           "port_figures", "readout_failures", "readout_figures", "threshold_failures", "top2_gap"]

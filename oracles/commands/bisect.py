@@ -74,6 +74,7 @@ def table(report: dict[str, Any]) -> list[str]:
 def plot(report: dict[str, Any]) -> bytes:
     """PNG: per-stage NMSE (log scale) of the port against the reference, the budget line, the named
     stage marked. Bit-equal stages (NMSE 0) are drawn at 1e-18."""
+    from oracles.checks.tolerance import FLOAT32
     from oracles.commands.plots import png_bytes, pyplot
 
     plt = pyplot()
@@ -83,7 +84,9 @@ def plot(report: dict[str, Any]) -> bytes:
     x = list(range(len(found)))
     fig, ax = plt.subplots(figsize=(max(6.0, 0.28 * len(found)), 4.0))
     ax.semilogy(x, [max(s["nmse"], floor) for s in found], "o-", label=f"{report['port']} vs {report['reference']}")
-    ax.semilogy(x, [s["budget"] for s in found], "--", color="grey", label="budget (fp32 noise floor x 1000)")
+    bounds = report.get("tolerance") or {"name": FLOAT32.name, "margin": FLOAT32.bisect_margin}  # an unnamed report
+    ax.semilogy(x, [s["budget"] for s in found], "--", color="grey",
+                label=f"budget ({bounds['name']} noise floor x {bounds['margin']:g})")
     if report["divergent"] is not None:
         i = next(k for k, s in enumerate(found) if s["name"] == report["divergent"])
         ax.axvline(i, color="red", alpha=0.5)
@@ -127,7 +130,7 @@ def _refuse_unsupported(option: str, engine_id: str, pin: Pin) -> None:
         raise OracleError(f"{option} {engine_id}: {reason}")
 
 
-def _engine(engine_id: str, root: Path, pin: str, threads: int) -> Engine:
+def _engine(engine_id: str, root: Path, pin: Pin, threads: int) -> Engine:
     """The engine, built as the plugin's engine fixture builds it (:class:`oracles.plugin.fixtures.EngineLoader`):
     any load error, and a tokenizer that disagrees with the pin's recorded ids, become one line.
 
@@ -137,14 +140,14 @@ def _engine(engine_id: str, root: Path, pin: str, threads: int) -> Engine:
     from oracles.engines import engine_class
     from oracles.plugin.fixtures import EngineLoader
 
-    loader = EngineLoader(lambda _pin: root, threads, lambda _engine_id: {}, lambda *_a, **_k: None)
+    loader = EngineLoader(lambda _pin: root, threads, lambda _engine_id: {}, lambda *_a, **_k: None, lambda _name: pin)
     built = loader.build(engine_class(engine_id), root, pin)
     if isinstance(built, str):
         raise OracleError(built)
     return built
 
 
-def _port(engine_id: str, root: Path, pin: str, threads: int, reference: Engine) -> tuple[Engine, Engine]:
+def _port(engine_id: str, root: Path, pin: Pin, threads: int, reference: Engine) -> tuple[Engine, Engine]:
     """(the port, the engine it is held against): a fault port against the engine it wraps (the
     reference, or its variant: the windowed one), any other port against the reference."""
     if engine_id.startswith(FAULT_PREFIX):
@@ -232,13 +235,13 @@ def run(args: argparse.Namespace) -> int:
         _refuse_unsupported("--port", args.port, pin)
     root = args.snapshot or snapshot_dir(pin)
     verify_snapshot(pin, root, origin="--snapshot" if args.snapshot else None)
-    reference = _engine(args.reference, root, pin.name, args.threads)
+    reference = _engine(args.reference, root, pin, args.threads)
     try:
-        port, against = _port(args.port, root, pin.name, args.threads, reference)
+        port, against = _port(args.port, root, pin, args.threads, reference)
         ids = reference.chat_ids(record.message_list)  # the pin's own tokenizer and chat template
     except Unsupported as exc:  # a fault the pin's model has no place for; a tokenizer without a chat template
         raise OracleError(str(exc)) from None
-    report = localise(against, port, ids, args.record)
+    report = localise(against, port, ids, args.record, tolerance=port.tolerance())
     print("\n".join(table(report)))
     if report["cannot_localise"]:
         return 2

@@ -21,12 +21,13 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable
 
+from oracles.checks.tolerance import FLOAT32
 from oracles.commands.plots import unavailable
 from oracles.errors import FixtureError, ReceiptError
 from oracles.receipts.files import dump_json, load_json, write_exclusive
 from oracles.receipts.units_reader import units_of
 
-NEAR_TIE = 0.02  # oracles.families.d1.records.NEAR_TIE (not imported: this command stays light)
+NEAR_TIE = FLOAT32.readout_near_tie  # the label the d1 tests wrote (oracles.checks.tolerance: pure, light)
 PERCENTILES = (0.0, 0.05, 0.10, 0.25, 0.50)
 
 

@@ -1,7 +1,7 @@
 """Engine registry: the built-in adapters plus any a user plugs in through the entry-point group
 ``oracles.engines`` (``name = "package.module:Class"``, the class a subclass of
 :class:`oracles.engines.base.Engine` whose ``id`` is ``name``). An engine is built as
-``Class(root: Path, pin: str, threads: int)``.
+``Class(root: Path, pin: oracles.pins.pin.Pin, threads: int)``.
 
 A :class:`Registry` is a value: the test session and the ``oracles`` command each make one
 (:class:`oracles.pins.project.Project`) and pass it where engines are resolved; the entry points are

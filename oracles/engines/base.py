@@ -5,28 +5,29 @@ A *cache* is the engine's own cache object (KV rows, and recurrent/conv state on
 opaque to the checks); a *snapshot* is an independent copy of one that :meth:`Engine.restore` turns
 back into a live cache.
 
-Capabilities are methods with defaults, in the manner of mlx-lm's cache classes (``is_trimmable()``
-returns False there): a default that cannot serve raises :class:`Unsupported`, which the plugin turns
-into a skip naming engine and capability, never a pass. Families ask capabilities, never engine ids:
-a port that is the reference's own class registered under another id must pass everything the
-reference passes.
+The core members every engine implements are abstract: :meth:`Engine.forward`,
+:meth:`Engine.make_cache` and :meth:`Engine.cache_length` (an engine without them is refused at load,
+never a run of skips). Every other capability is a method with a default, in the manner of mlx-lm's
+cache classes (``is_trimmable()`` returns False there): a default that cannot serve raises
+:class:`Unsupported`, which the plugin turns into a skip naming engine and capability, never a pass.
+Families ask capabilities, never engine ids: a port that is the reference's own class registered under
+another id must pass everything the reference passes.
 
-This module imports numpy only; an adapter imports its framework inside its own module, lazily, so
-the registry can ask :meth:`Engine.unavailable_reason` without loading torch or mlx.
+This module imports numpy (and the pure :mod:`oracles.checks.tolerance`) only; an adapter imports its
+framework inside its own module, lazily, so the registry can ask :meth:`Engine.unavailable_reason`
+without loading torch or mlx.
 """
 
 from __future__ import annotations
 
+import abc
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from oracles.engines.taps import Taps
-    from oracles.pins.pin import Pin
-
-
+from oracles.checks.tolerance import FLOAT32, Tolerance
+from oracles.engines.guards import check_cohort, check_fits, check_forward_length, pinned_config  # noqa: F401
 from oracles.engines.types import (  # noqa: F401
     ContextTooShort,
     EngineContractError,
@@ -41,40 +42,42 @@ from oracles.engines.types import (  # noqa: F401
     hub_offline,
 )
 
-
-def pinned_config(pin: "Pin") -> dict[str, Any] | None:
-    """``pin``'s config.json, read from its snapshot folder when that file is the pinned one (equal
-    digest), else None (not materialised yet, or another file: the load will judge). Small and read
-    without any framework, so an adapter's :meth:`Engine.unsupported_pin` may ask it at collection."""
-    import json
-
-    from oracles.pins.pin import sha256_file, snapshot_dir
-
-    digest = pin.files.get("config.json")
-    try:
-        path = snapshot_dir(pin) / "config.json"
-        if digest is None or not path.is_file() or sha256_file(path) != digest.sha256:
-            return None
-        config = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return config if isinstance(config, dict) else None
-
+if TYPE_CHECKING:
+    from oracles.engines.taps import Taps
+    from oracles.pins.pin import Pin
 
 #: What every engine has once built (:class:`Engine`'s docstring says what each is).
-REQUIRED_MEMBERS = ("id", "pin", "root", "vocab_size", "hidden_size", "num_layers", "eos_token_ids", "max_context",
-                    "tokenizer")
+REQUIRED_MEMBERS = ("id", "pin", "root", "pin_file", "vocab_size", "hidden_size", "num_layers", "eos_token_ids",
+                    "max_context", "tokenizer")
+#: The methods every engine implements (abstract here: a class without one cannot be built).
+CORE_METHODS = ("forward", "make_cache", "cache_length")
 
 
-class Engine:
-    """One framework's adapter. Subclasses set :attr:`id` and the model facts in ``__init__``.
+class Engine(abc.ABC):
+    """One framework's adapter. Subclasses set :attr:`id` and the model facts in ``__init__``, and
+    implement :data:`CORE_METHODS` (:meth:`forward`, :meth:`make_cache`, :meth:`cache_length`).
 
-    Built as ``Engine(root, pin, threads)``: ``root`` the verified snapshot folder, ``pin`` its pin
-    name (recorded with every figure), ``threads`` the intra-op thread count (0: the library's own).
+    Built as ``Engine(root, pin, threads)``: ``root`` the verified snapshot folder, ``pin`` its loaded
+    :class:`oracles.pins.pin.Pin` (``oracles.pins.pin.load_pin(name)``), ``threads`` the intra-op
+    thread count (0: the library's own). A minimal port, registered under the entry-point group
+    ``oracles.engines`` as ``my-port = "my_package.port:MyPort"``::
+
+        class MyPort(Engine):
+            id = "my-port"
+
+            def __init__(self, root: Path, pin: Pin, threads: int = 0) -> None:
+                super().__init__(root, pin, threads)
+                ...  # load the snapshot at root; set the model facts and the tokenizer
+
+            def forward(self, prompt, cache=None, keep=0, layers=False) -> Step: ...
+            def make_cache(self) -> Any: ...
+            def cache_length(self, cache: Any) -> int: ...
 
     Members every engine has (:data:`REQUIRED_MEMBERS`, checked once when the plugin builds it: a
     missing one fails the (engine, pin) pair in one line naming them all): the class attribute ``id``
-    (its registry name), and, set in ``__init__``: ``pin`` and ``root`` (by this class's ``__init__``),
+    (its registry name), and, set in ``__init__``: ``pin`` (the pin's name, recorded with every figure
+    and in every run key), ``pin_file`` (the :class:`oracles.pins.pin.Pin` itself) and ``root`` (by
+    this class's ``__init__``),
     ``vocab_size`` (``V``, the logits' width), ``hidden_size`` (``D``), ``num_layers`` (decoder layers
     ``L``), ``eos_token_ids``, ``max_context`` (0: no limit), and ``tokenizer``, a
     :class:`oracles.engines.types.Tokenizer`: ``apply_chat_template``, ``encode``, ``decode`` and
@@ -91,6 +94,7 @@ class Engine:
     devices: ClassVar[tuple[str, ...]] = ("cpu",)
 
     pin: str
+    pin_file: "Pin"
     root: Path
     vocab_size: int
     hidden_size: int
@@ -99,8 +103,27 @@ class Engine:
     max_context: int
     tokenizer: Tokenizer
 
-    def __init__(self, root: Path, pin: str, threads: int = 0) -> None:
-        self.root, self.pin, self.threads = Path(root), pin, threads
+    def __init__(self, root: Path, pin: "Pin", threads: int = 0) -> None:
+        """Keep the snapshot folder, the pin (``pin_file``, and its name as ``pin``) and the thread count.
+
+        Raises:
+            TypeError: ``pin`` is not a :class:`oracles.pins.pin.Pin` (a pin name, say), class named.
+        """
+        from oracles.pins.pin import Pin
+
+        if not isinstance(pin, Pin):
+            cls = type(self)
+            raise TypeError(f"{cls.__module__}.{cls.__qualname__}(root, pin, threads): pin is a {type(pin).__name__} "
+                            f"{pin!r}; an engine is built with the loaded oracles.pins.pin.Pin "
+                            "(oracles.pins.pin.load_pin(name))")
+        self.root, self.pin, self.pin_file, self.threads = Path(root), pin.name, pin, threads
+
+    def tolerance(self) -> Tolerance:
+        """The bounds every check of this engine applies (:class:`oracles.checks.tolerance.Tolerance`): a
+        port test holds the port to the port's. Default :data:`oracles.checks.tolerance.FLOAT32`, the
+        bounds of a port that computes the reference's float32 graph in another order; an adapter of
+        another precision answers with its own (judged from its artifact, :attr:`pin_file`)."""
+        return FLOAT32
 
     # -- where it can run ------------------------------------------------------------------
     @classmethod
@@ -147,6 +170,7 @@ class Engine:
         return str(self.tokenizer.decode(list(ids), skip_special_tokens=False))
 
     # -- forward and head ------------------------------------------------------------------
+    @abc.abstractmethod
     def forward(self, prompt: Prompt | Sequence[int], cache: Any | None = None, keep: int = 0,
                 layers: bool = False) -> Step:
         """Run ``prompt`` after what ``cache`` holds (appending to it); ``cache=None`` is a cold prefill.
@@ -159,7 +183,7 @@ class Engine:
                 (:func:`check_forward_length`).
             Unsupported: images for a text-only engine; ``layers=True`` where the engine cannot tap them.
         """
-        raise self._unsupported("forward")
+        raise NotImplementedError(f"{type(self).__qualname__}.forward")
 
     def taps(self, prompt: Prompt | Sequence[int]) -> "Taps":
         """A cold prefill of ``prompt`` with the residual stream and, inside every decoder layer, the
@@ -191,13 +215,15 @@ class Engine:
         return list(p.ids)
 
     # -- cache -----------------------------------------------------------------------------
+    @abc.abstractmethod
     def make_cache(self) -> Any:
         """An empty cache for :meth:`forward`."""
-        raise self._unsupported("make a cache")
+        raise NotImplementedError(f"{type(self).__qualname__}.make_cache")
 
+    @abc.abstractmethod
     def cache_length(self, cache: Any) -> int:
         """Positions ``cache`` holds (0 for None)."""
-        raise self._unsupported("measure a cache")
+        raise NotImplementedError(f"{type(self).__qualname__}.cache_length")
 
     def is_trimmable(self, cache: Any) -> bool:
         """Whether :meth:`trim` can cut ``cache`` (False where it holds recurrent state that folds
@@ -326,59 +352,6 @@ class Engine:
         return None
 
 
-def check_forward_length(engine: Engine, cached: int, new: int) -> None:
-    """Refuse an empty forward, or one whose ``cached + new`` positions pass ``engine.max_context``
-    (the model config's ``max_position_embeddings``; 0 means no limit).
-
-    Raises:
-        ValueError: naming both counts, the context and the pin.
-    """
-    if new == 0:
-        raise ValueError("forward: no token ids")
-    if engine.max_context and cached + new > engine.max_context:
-        raise ValueError(f"forward: {cached} cached + {new} new tokens exceed the context of "
-                         f"{engine.max_context} (max_position_embeddings of {engine.pin})")
-
-
-def check_fits(engine: Engine, record_id: str, n: int) -> None:
-    """Refuse a prompt of ``n`` ids that does not fit ``engine``'s context, naming the record and the
-    first position past the context: the pin's model cannot run that record, so its tests skip.
-
-    Raises:
-        ContextTooShort: ``n > engine.max_context`` (when the engine has one).
-    """
-    if engine.max_context and n > engine.max_context:
-        raise ContextTooShort(engine.id, f"run record {record_id!r} ({n} prompt tokens)",
-                              f"the context of pin {engine.pin} is {engine.max_context}; position "
-                              f"{engine.max_context} is past its end")
-
-
-def check_cohort(engine: Engine, tokens: Sequence[int], caches: Sequence[Any]) -> None:
-    """Refuse a decode cohort that cannot run: ``len(tokens) != len(caches)``, no lanes, a missing
-    cache, one cache object given for two lanes (both would append to it), or a lane whose one new
-    token would pass ``engine.max_context`` (:func:`check_forward_length` per lane).
-
-    Raises:
-        ValueError: naming the counts, or the lane and its cached length.
-    """
-    if len(tokens) != len(caches):
-        raise ValueError(f"decode_cohort: {len(tokens)} tokens for {len(caches)} caches "
-                         f"(one token a lane, one cache a lane)")
-    if not tokens:
-        raise ValueError("decode_cohort: empty cohort (B = 0 lanes)")
-    seen: dict[int, int] = {}
-    for b, cache in enumerate(caches):
-        if cache is None:
-            raise ValueError(f"decode_cohort: lane {b} has no cache (None); make one with make_cache/forward")
-        if id(cache) in seen:
-            raise ValueError(f"decode_cohort: lanes {seen[id(cache)]} and {b} share one cache object")
-        seen[id(cache)] = b
-        try:
-            check_forward_length(engine, engine.cache_length(cache), 1)
-        except ValueError as exc:
-            raise ValueError(f"decode_cohort: lane {b}: {exc}") from None
-
-
-__all__ = ["REQUIRED_MEMBERS", "ContextTooShort", "Engine", "EngineContractError", "Generation", "Prompt", "Sampler",
-           "Step", "Tokenizer", "Unsupported", "as_prompt", "check_cohort", "check_fits", "check_forward_length",
-           "digest_buffers", "hub_offline"]
+__all__ = ["CORE_METHODS", "REQUIRED_MEMBERS", "ContextTooShort", "Engine", "EngineContractError", "Generation", "Prompt",
+           "Sampler", "Step", "Tokenizer", "Unsupported", "as_prompt", "check_cohort", "check_fits", "check_forward_length",
+           "digest_buffers", "hub_offline", "pinned_config"]

@@ -1,8 +1,12 @@
 """The engine contract, checked where the plugin builds an engine (:class:`oracles.plugin.fixtures.EngineLoader`).
 
-Once at load, :func:`missing_members`: every member :class:`oracles.engines.base.Engine` requires
+An engine is built as ``Class(root, pin, threads)``: the verified snapshot folder, the loaded
+:class:`oracles.pins.pin.Pin` (kept as ``pin_file``; ``pin`` is its name) and the thread count.
+Once at load, before the class is built, :func:`abstract_refusal`: every core method
+(:data:`oracles.engines.base.CORE_METHODS`) the class leaves abstract; then, on the built engine,
+:func:`missing_members`: every member :class:`oracles.engines.base.Engine` requires
 (:data:`oracles.engines.base.REQUIRED_MEMBERS`) and every member of its tokenizer
-(:class:`oracles.engines.types.Tokenizer`), named together in one line.
+(:class:`oracles.engines.types.Tokenizer`). Each named together in one line.
 
 On every call, :func:`install_checks`: what ``forward``, ``decode_cohort``, ``lm_head``, ``final_norm``,
 ``generate`` and ``speculative`` return is checked for type, shape and dtype as it leaves the engine, so
@@ -38,6 +42,21 @@ if TYPE_CHECKING:
 F4 = np.dtype("<f4")
 #: Members whose value must be an integer (``max_context`` 0 meaning no limit).
 INTEGER_MEMBERS = ("vocab_size", "hidden_size", "num_layers", "max_context")
+
+
+def abstract_refusal(cls: "type[Engine]") -> str | None:
+    """One line naming ``cls`` and every method it leaves abstract (the core methods first, in
+    :data:`oracles.engines.base.CORE_METHODS` order), or None when it implements them all. Asked of the
+    class before it is built: such a class cannot be built (``TypeError``), and an engine that set only
+    the model facts would otherwise run no check at all."""
+    from oracles.engines.base import CORE_METHODS
+
+    left = set(getattr(cls, "__abstractmethods__", ()))
+    if not left:
+        return None
+    named = [m for m in CORE_METHODS if m in left] + sorted(left - set(CORE_METHODS))
+    return (f"{cls.__module__}.{cls.__qualname__} breaks the engine contract: {', '.join(named)} not implemented "
+            f"(oracles.engines.base.Engine requires the methods {', '.join(CORE_METHODS)} of every engine)")
 
 
 def missing_members(engine: "Engine", vision: bool = False) -> list[str]:

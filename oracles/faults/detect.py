@@ -58,7 +58,7 @@ def family_runs(runs: Runs, engine: Engine, pin: str, families: tuple[str, ...],
 def detect(runs: Runs, engines: Engines, reference_id: str, pin: str, fault: str) -> Row:
     """The row of ``fault`` (or :data:`oracles.faults.CONTROL`) on ``pin``: the faithful engine
     ``engines(reference_id, pin)`` (or its variant), the port, both through the families (the port
-    through those on the fault's path) and every check."""
+    through those on the fault's path) and every check, held to the port's tolerance."""
     base = engines(reference_id, pin)
     reference, port = engines_of(runs, base, pin, fault)
     def draft() -> Engine:
@@ -69,7 +69,8 @@ def detect(runs: Runs, engines: Engines, reference_id: str, pin: str, fault: str
     ref_runs = family_runs(runs, reference, pin, FAMILIES, draft)
     port_runs = family_runs(runs, port, pin, tuple(touched), draft)
     checks = runs(("faults-checks", pin, fault),
-                  lambda: run_checks(ref_runs, port_runs, {q: r["keys"] for q, r in d1_inputs(pin)[1].items()}))
+                  lambda: run_checks(ref_runs, port_runs, {q: r["keys"] for q, r in d1_inputs(pin)[1].items()},
+                                     tolerance=port.tolerance()))
     return Row(pin, fault, reference, port, checks)
 
 
@@ -80,7 +81,8 @@ def bisect_row(runs: Runs, engines: Engines, reference_id: str, pin: str,
     from oracles.families.execution.localise import localise
 
     reference, port = engines_of(runs, engines(reference_id, pin), pin, fault)
-    report = runs(("faults-bisect", pin, fault), lambda: localise(reference, port, list(PING.bind(pin).ids), PING.id))
+    report = runs(("faults-bisect", pin, fault),
+                  lambda: localise(reference, port, list(PING.bind(pin).ids), PING.id, tolerance=port.tolerance()))
     return report, port
 
 

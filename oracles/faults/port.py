@@ -18,11 +18,12 @@ from oracles.engines.base import Engine, Generation, Prompt, Sampler, Step
 from oracles.faults.kinds import Fault
 
 if TYPE_CHECKING:
+    from oracles.checks.tolerance import Tolerance
     from oracles.engines.taps import Taps
     from oracles.faults.kinds import Faultable
 
 #: The facts a family reads from an engine, carried over from the wrapped one.
-FACTS = ("pin", "root", "threads", "vocab_size", "hidden_size", "num_layers", "eos_token_ids", "max_context",
+FACTS = ("pin", "pin_file", "root", "threads", "vocab_size", "hidden_size", "num_layers", "eos_token_ids", "max_context",
          "tokenizer", "model", "tied")
 
 
@@ -78,6 +79,10 @@ class FaultPort(Engine):
     def describe(self) -> dict[str, Any]:
         return {**self.base.describe(), "engine": self.id, "fault": self.fault.name,
                 "fault_title": self.fault.describe(self.base)}
+
+    def tolerance(self) -> Tolerance:
+        """The wrapped engine's bounds: a fault changes what the port computes, not its precision."""
+        return self.base.tolerance()
 
     def stage(self) -> str | None:
         """Where bisect must localise the fault (:meth:`Fault.stage`)."""

@@ -34,11 +34,11 @@ from pathlib import Path
 from typing import Any
 
 from oracles.errors import PinError
+from oracles.families import DEFAULT_PIN  # noqa: F401 - re-exported: the families' default pin, defined once
 from oracles.receipts.files import load_json
 
 BUILTIN = Path(__file__).resolve().parents[1] / "builtin"
 BUILTIN_PINS = BUILTIN / "pins"
-DEFAULT_PIN = "smollm2-135m-instruct"
 _SOURCE = re.compile(r"(?P<kind>pypi|hf|twin):(?P<what>[^#@=]+)(?:(?:==|@)(?P<version>[^#]+))?(?:#(?P<file>.+))?"
                      r"|(?P<local>local):(?P<path>.+)")
 #: Files that make a tokenizer and its chat template: their digests name the tokenizer (token ids kept

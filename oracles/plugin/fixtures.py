@@ -56,15 +56,47 @@ def snapshot_overrides(pytestconfig: pytest.Config) -> dict[str, Path]:
     return dict(settings_of(pytestconfig).snapshots)
 
 
+class PinCache:
+    """Pins by name, each pin file read and validated once (:func:`oracles.pins.pin.load_pin`); the
+    session's is the ``pins`` fixture, which every fixture below looks a pin up through."""
+
+    def __init__(self, load: Callable[[str], Pin] | None = None) -> None:
+        self.load = load
+        self.loaded: dict[str, Pin] = {}
+
+    def __call__(self, name: str) -> Pin:
+        """The pin ``name``, read on its first call.
+
+        Raises:
+            PinError: as :func:`oracles.pins.pin.load_pin` (an unknown name, a malformed file), raised again
+                on every call (nothing is kept of a pin that did not load).
+        """
+        if name not in self.loaded:
+            from oracles.pins.pin import load_pin
+
+            self.loaded[name] = (self.load or load_pin)(name)
+        return self.loaded[name]
+
+
 @pytest.fixture(scope="session")
-def verified_snapshot(pytestconfig: pytest.Config, snapshot_overrides: dict[str, Path]) -> Callable[[str], Path]:
+def pins(pytestconfig: pytest.Config) -> PinCache:
+    """``pins(name) -> Pin``: the parsed pin file of ``name``, read once per session (:class:`PinCache`)."""
+    from oracles.plugin.state import settings_of
+
+    settings_of(pytestconfig)  # the session is active: the project's pin store is the one searched
+    return PinCache()
+
+
+@pytest.fixture(scope="session")
+def verified_snapshot(pytestconfig: pytest.Config, snapshot_overrides: dict[str, Path],
+                      pins: PinCache) -> Callable[[str], Path]:
     """``verified_snapshot(pin_name) -> Path``: verify the snapshot against its pin once per session.
 
     Every pinned file's bytes are read and hashed before any weights load; a mismatch fails every
     test that needs that pin with the file and both digests.
     """
     from oracles.errors import OracleError
-    from oracles.pins.pin import load_pin, snapshot_dir, verify_snapshot
+    from oracles.pins.pin import snapshot_dir, verify_snapshot
     from oracles.plugin.state import emit
 
     done: dict[str, Path | OracleError] = {}
@@ -72,7 +104,7 @@ def verified_snapshot(pytestconfig: pytest.Config, snapshot_overrides: dict[str,
     def get(name: str) -> Path:
         if name not in done:
             try:
-                pin = load_pin(name)
+                pin = pins(name)
                 root = snapshot_overrides.get(name) or snapshot_dir(pin)
                 figures = verify_snapshot(pin, root, origin="--snapshot" if name in snapshot_overrides else None)
                 emit(pytestconfig, "pin_verified", **figures, source=pin.source, override=name in snapshot_overrides)
@@ -88,33 +120,43 @@ def verified_snapshot(pytestconfig: pytest.Config, snapshot_overrides: dict[str,
 
 
 @pytest.fixture(scope="session")
-def engines(pytestconfig: pytest.Config, verified_snapshot: Callable[[str], Path]) -> Engines:
-    """``engines(engine_id, pin)``: the engine, built once per session per worker (skipped, naming
-    why, where it cannot run here; a failed build fails every test of the pair: :class:`EngineLoader`)."""
+def engines(pytestconfig: pytest.Config, verified_snapshot: Callable[[str], Path], pins: PinCache) -> Engines:
+    """``engines(engine_id, pin)``: the engine on the pin of that name, built once per session per worker
+    (skipped, naming why, where it cannot run here; a failed build fails every test of the pair:
+    :class:`EngineLoader`)."""
     from oracles.plugin.state import emit, settings_of
 
     settings = settings_of(pytestconfig)
     return EngineLoader(verified_snapshot, pytestconfig.getoption("oracle_threads"), settings.engine_kwargs,
-                        lambda event, **fields: emit(pytestconfig, event, **fields)).get
+                        lambda event, **fields: emit(pytestconfig, event, **fields), pins).get
 
 
 class EngineLoader:
-    """Engines by (engine id, pin), each built at most once.
+    """Engines by (engine id, pin name), each built at most once, as ``Class(root, pin, threads)`` with
+    the verified snapshot folder and the loaded :class:`oracles.pins.pin.Pin` (from ``pins``: the
+    session's :class:`PinCache`; a loader of its own when not given).
 
     A build that fails (an architecture the engine cannot load, a member of the engine contract missing,
     a tokenizer that disagrees with the pin's recorded ids: :func:`oracles.pins.tokenizer.canary_disagreement`)
-    is remembered as one line, and
-    every test of that (engine, pin) fails with it (no traceback) without loading the weights again:
-    a pin no engine can load would otherwise cost a load and a traceback per test.
+    is remembered as one line, and every test of that (engine, pin) fails with it (no traceback) without
+    loading the weights again: a pin no engine can load would otherwise cost a load and a traceback per test.
     """
 
     def __init__(self, verified_snapshot: Callable[[str], Path], threads: int,
-                 engine_kwargs: Callable[[str], dict[str, Any]], emit: Callable[..., None]) -> None:
+                 engine_kwargs: Callable[[str], dict[str, Any]], emit: Callable[..., None],
+                 pins: Callable[[str], Pin] | None = None) -> None:
         self.verified_snapshot, self.threads, self.engine_kwargs, self.emit = (verified_snapshot, threads,
                                                                                engine_kwargs, emit)
+        self.pins = pins or PinCache()
         self.built: dict[tuple[str, str], Engine | str] = {}
 
     def get(self, engine_id: str, pin: str) -> Engine:
+        """The engine ``engine_id`` on the pin named ``pin``.
+
+        Raises:
+            pytest.skip.Exception: the engine cannot run here (its reason).
+            pytest.fail.Exception: the snapshot does not verify, or the build failed (:meth:`build`'s line).
+        """
         from oracles.engines import engine_class, unavailable_reason
 
         key = (engine_id, pin)
@@ -123,53 +165,56 @@ class EngineLoader:
             if reason:
                 pytest.skip(f"engine {engine_id}: {reason}")
             root = self.verified_snapshot(pin)
-            self.built[key] = self.build(engine_class(engine_id), root, pin)
+            self.built[key] = self.build(engine_class(engine_id), root, self.pins(pin))
         result = self.built[key]
         if isinstance(result, str):
             pytest.fail(result, pytrace=False)
         return result
 
-    def build(self, cls: "type[Engine]", root: Path, pin: str) -> "Engine | str":
-        """The engine, or the one line every test of this (engine, pin) fails with: its construction
-        failed, it lacks a member the contract requires (:func:`oracles.engines.contract.contract_refusal`),
-        or its tokenizer disagrees with the pin's (:meth:`tokenizer_refusal`). What the engine returns is
-        checked on every call from then on (:func:`oracles.engines.contract.install_checks`)."""
-        from oracles.engines.contract import contract_refusal, install_checks
+    def build(self, cls: "type[Engine]", root: Path, pin: Pin) -> "Engine | str":
+        """The engine, or the one line every test of this (engine, pin) fails with: the class leaves a
+        core method abstract (:func:`oracles.engines.contract.abstract_refusal`, before anything loads),
+        its construction failed, it lacks a member the contract requires
+        (:func:`oracles.engines.contract.contract_refusal`), or its tokenizer disagrees with the pin's
+        (:meth:`tokenizer_refusal`). What the engine returns is checked on every call from then on
+        (:func:`oracles.engines.contract.install_checks`)."""
+        from oracles.engines.contract import abstract_refusal, contract_refusal, install_checks
         from oracles.errors import OracleError
-        from oracles.pins.pin import load_pin
 
+        cannot = f"engine {cls.id} cannot load pin {pin.name}"
+        if (abstract := abstract_refusal(cls)) is not None:
+            return f"{cannot}: {abstract}; tried once this session"
         start = time.perf_counter()
         try:
             engine = cls(root, pin, self.threads, **self.engine_kwargs(cls.id))
         except Exception as exc:  # noqa: BLE001 - any load error, kept as one line for every test of the pair
             where = "" if isinstance(exc, OracleError) else f" (raised at {_raised_at(exc)})"
-            return f"engine {cls.id} cannot load pin {pin}: {_one_line(exc)}{where}; tried once this session"
+            return f"{cannot}: {_one_line(exc)}{where}; tried once this session"
         seconds = time.perf_counter() - start
-        if (broken := contract_refusal(engine, load_pin(pin).modality != "text")) is not None:
-            return f"engine {cls.id} cannot load pin {pin}: {broken}; tried once this session"
+        if (broken := contract_refusal(engine, pin.modality != "text")) is not None:
+            return f"{cannot}: {broken}; tried once this session"
         try:
             refusal = self.tokenizer_refusal(engine, root, pin)
         except Exception as exc:  # noqa: BLE001 - the engine's own tokenizer failing, one line as above
-            return (f"engine {cls.id} cannot load pin {pin}: its tokenizer's encode(text, add_special_tokens=False) "
+            return (f"{cannot}: its tokenizer's encode(text, add_special_tokens=False) "
                     f"raised {_one_line(exc)} (at {_raised_at(exc)}); tried once this session")
         if refusal is not None:
             return refusal
         install_checks(engine)
-        self.emit("engine_loaded", name=cls.id, pin=pin, seconds=round(seconds, 4), **engine.describe())
+        self.emit("engine_loaded", name=cls.id, pin=pin.name, seconds=round(seconds, 4), **engine.describe())
         return engine
 
     @staticmethod
-    def tokenizer_refusal(engine: "Engine", root: Path, pin: str) -> str | None:
+    def tokenizer_refusal(engine: "Engine", root: Path, pin: Pin) -> str | None:
         """The canary check (:func:`oracles.pins.tokenizer.canary_disagreement`) where recorded token ids are
         fed to the engine: a text pin (every engine has a ``tokenizer``: the contract checks it). A vision
         pin's families tokenize through the engine's own processor at run time (Qwen3.5's transformers
         tokenizer splits the canary unlike its tokenizer.json, and nothing recorded is fed to it)."""
-        from oracles.pins.pin import load_pin
         from oracles.pins.tokenizer import canary_disagreement
 
-        if load_pin(pin).modality != "text":
+        if pin.modality != "text":
             return None
-        return canary_disagreement(engine.tokenizer, root, engine.id, pin)
+        return canary_disagreement(engine.tokenizer, root, engine.id, pin.name)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -209,11 +254,9 @@ def port(engines: Engines, port_id: str, pin: str) -> Engine:
 
 
 @pytest.fixture
-def pin_file(pin: str) -> Pin:
-    """The parsed pin file (:class:`oracles.pins.pin.Pin`) of this test's pin."""
-    from oracles.pins.pin import load_pin
-
-    return load_pin(pin)
+def pin_file(pins: PinCache, pin: str) -> Pin:
+    """The parsed pin file (:class:`oracles.pins.pin.Pin`) of this test's pin, read once per session."""
+    return pins(pin)
 
 
 @pytest.fixture(scope="session")

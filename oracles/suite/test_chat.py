@@ -12,15 +12,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from oracles.checks.cache import CACHE_ATOL, CACHE_NMSE, cache_failure, cache_figures
+from oracles.checks.cache import cache_failure, cache_figures
 from oracles.checks.exact import assert_ids_equal
 from oracles.checks.fingerprint import fingerprint
 from oracles.checks.port import assert_within_thresholds, first_divergence, held_figures
+from oracles.checks.tolerance import Tolerance
 from oracles.engines.base import Engine
 from oracles.families import DEFAULT_PIN
 from oracles.families.execution import runs as ex
 from oracles.families.execution.chat import ChatRecord
-from oracles.pins.pin import untrained_reason
 from oracles.plugin.fixtures import Runs
 from oracles.receipts.table import Receipt
 from oracles.receipts.units import attach_unit
@@ -32,8 +32,8 @@ CHATS = ex.CHATS
 #: Records whose greedy turn 1 is known not to stop: SmolLM2-135M-Instruct, greedy, summarising the
 #: README falls into one repeating sentence (measured on the reference: no stop token in 320 tokens,
 #: "... and it is used to create a list of the outputs of a single test, and it is used ..."). Sampling
-#: as the seed's chat does (temperature 0.6, top-p 0.95, top-k 20, seed 0) loops too: measured on the
-#: reference, no stop token in 400 tokens ("The plugin is used to generate a list of tests that can be
+#: as the MTPLX execution reference's chat does (temperature 0.6, top-p 0.95, top-k 20, seed 0) loops
+#: too: measured on the reference, no stop token in 400 tokens ("The plugin is used to generate a list of tests that can be
 #: passed to the `pytest` command." repeated). The turn runs to its cap of 160 (finish_reason
 #: "length"); the cache checks of the chat still hold. Keyed by (pin, record): measured on that pin.
 NO_STOP = {(DEFAULT_PIN, "readme-story-prime"): "greedy SmolLM2-135M repeats one sentence summarising the README: "
@@ -55,7 +55,7 @@ def test_turns_finish_with_stop(runs: Runs, engine: Engine, record: ChatRecord, 
     """Every turn ends with a stop token within the cap; tokens, text and counts recorded. On an
     untrained pin the figures are recorded and the stop check skips, naming the pin's declaration;
     NO_STOP's gaps hold on the pin they were measured on."""
-    untrained = untrained_reason(engine.pin, "ending each chat turn with a stop token")
+    untrained = engine.pin_file.untrained_reason("ending each chat turn with a stop token")
     if (engine.pin, record.id) in NO_STOP and untrained is None:
         request.applymarker(pytest.mark.xfail(strict=True, reason=NO_STOP[(engine.pin, record.id)]))
     run = _run(runs, engine, record)
@@ -85,7 +85,7 @@ def test_cache_holds_frontier(runs: Runs, engine: Engine, record: ChatRecord, re
     receipt.update(frontiers=[len(t.frontier) for t in run.turns],
                    first_mismatch=[first_divergence(t.frontier, t.rendered_prefix) for t in run.turns],
                    stopped=run.stopped)
-    if why := untrained_reason(engine.pin, "emitting tokens the tokenizer re-encodes to themselves"):
+    if why := engine.pin_file.untrained_reason("emitting tokens the tokenizer re-encodes to themselves"):
         pytest.skip(why)
     for t in run.turns:
         assert_ids_equal(t.frontier, t.rendered_prefix,
@@ -95,14 +95,16 @@ def test_cache_holds_frontier(runs: Runs, engine: Engine, record: ChatRecord, re
 
 def test_warm_equals_cold(runs: Runs, engine: Engine, record: ChatRecord, receipt: Receipt) -> None:
     """Next-token logits after a turn's suffix through the live cache agree with a cold prefill of the
-    same ids, within :mod:`oracles.checks.cache`'s bounds (max |Δ|, NMSE, argmax)."""
+    same ids, within :mod:`oracles.checks.cache`'s bounds (max |Δ|, NMSE, argmax) of the engine's tolerance."""
     run = _run(runs, engine, record)
+    tolerance = engine.tolerance()
     figures, failures = [], []
     for t in run.turns:
         figures.append({"turn": t.index + 1, "ids": len(t.frontier) + len(t.suffix), **cache_figures(t.warm, t.cold)})
-        if msg := cache_failure(f"turn {t.index + 1} ({len(t.frontier) + len(t.suffix)} ids), warm", t.warm, t.cold):
+        where = f"turn {t.index + 1} ({len(t.frontier) + len(t.suffix)} ids), warm"
+        if msg := cache_failure(where, t.warm, t.cold, tolerance=tolerance):
             failures.append(msg)
-    receipt.update(atol=CACHE_ATOL, nmse_max=CACHE_NMSE, turns=figures)
+    receipt.update(atol=tolerance.cache_atol, nmse_max=tolerance.cache_nmse, turns=figures)
     assert not failures, f"{record.id}: " + "; ".join(failures)
 
 
@@ -128,25 +130,25 @@ def test_completion_counts(runs: Runs, engine: Engine, record: ChatRecord, recei
     counts = [t.completion_tokens for t in run.turns]
     receipt.update(completion_tokens=counts, prompt_tokens=[len(t.frontier) + len(t.suffix) for t in run.turns])
     feeds = "emitting tokens that re-encode to as many ids, so every turn has ids to feed"
-    if run.stopped and (why := untrained_reason(engine.pin, feeds)):
+    if run.stopped and (why := engine.pin_file.untrained_reason(feeds)):
         pytest.skip(f"{why}; {run.stopped}")
     assert len(counts) == len(record.turns) == 3, \
         f"{record.id}: {len(counts)} turns ran, {len(record.turns)} asked" + (f"; {run.stopped}" if run.stopped else "")
     assert all(c > 0 for c in counts), f"{record.id}: an empty answer: {counts}"
 
 
-def _held_port(what: str, ref_logits: Any, port_logits: Any, receipt: Receipt) -> None:
+def _held_port(what: str, ref_logits: Any, port_logits: Any, receipt: Receipt, tolerance: Tolerance) -> None:
     __tracebackhide__ = True
     fig = held_figures(what, ref_logits, port_logits)
     receipt.update(fig)
-    assert_within_thresholds(what, fig)
+    assert_within_thresholds(what, fig, tolerance=tolerance)
 
 
 @pytest.mark.port
 def test_chat_vs_reference(runs: Runs, reference: Engine, port: Engine, record: ChatRecord,
                            receipt: Receipt) -> None:
     """Port vs reference (marker port): each turn's suffix ids and tokens equal, warm next-token logits
-    within the fp32 thresholds of oracles.checks.port."""
+    within the port's thresholds (``port.tolerance()``, oracles.checks.port)."""
     ref, got = ex.chat(runs, reference, record), ex.chat(runs, port, record)
     firsts = [first_divergence(a.tokens, b.tokens) for a, b in zip(ref.turns, got.turns)]
     receipt.update(request_sha256=record.sha256, kind="chat", first_divergent_token_per_turn=firsts)
@@ -154,7 +156,7 @@ def test_chat_vs_reference(runs: Runs, reference: Engine, port: Engine, record: 
                                               f"{len(ref.turns)} (port: {got.stopped}; reference: {ref.stopped})")
     warm_ref = np.stack([t.warm for t in ref.turns])
     warm_port = np.stack([t.warm for t in got.turns])
-    _held_port(f"{record.id}: warm next-token logits per turn", warm_ref, warm_port, receipt)
+    _held_port(f"{record.id}: warm next-token logits per turn", warm_ref, warm_port, receipt, port.tolerance())
     for a, b in zip(ref.turns, got.turns):
         assert_ids_equal(b.suffix, a.suffix, f"{record.id} turn {a.index + 1}: suffix ids")
         assert_ids_equal(b.tokens, a.tokens, f"{record.id} turn {a.index + 1}: port {port.id} tokens vs reference")

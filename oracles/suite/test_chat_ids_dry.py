@@ -15,7 +15,7 @@ import pytest
 from oracles.checks.exact import assert_ids_equal
 from oracles.families.execution.prompts import GENERATION, PROMPTS, load_prompts, source_digests
 from oracles.families.records import family_tokens
-from oracles.pins.pin import load_pin
+from oracles.pins.pin import Pin
 from oracles.pins.tokenizer import LightTokenizer, load_tokenizer, tokenizer_folder
 from oracles.receipts.table import Receipt
 
@@ -25,13 +25,13 @@ RECORDS = load_prompts(PROMPTS) + load_prompts(GENERATION)
 
 
 @pytest.fixture(scope="session")  # session: grouped per record, modules interleave on a worker
-def tokenizers() -> Callable[[str], LightTokenizer]:
+def tokenizers(pins: Callable[[str], Pin]) -> Callable[[str], LightTokenizer]:
     """``tokenizers(pin)``: the pin's tokenizer without transformers (skips when no copy is at hand)."""
     made: dict[str, LightTokenizer] = {}
 
     def get(pin: str) -> LightTokenizer:
         if pin not in made:
-            folder = tokenizer_folder(load_pin(pin))
+            folder = tokenizer_folder(pins(pin))
             if folder is None:
                 pytest.skip(f"pin {pin}: no tokenizer copy in oracles/builtin/tokenizers and no materialised snapshot "
                             f"(run `oracles materialize {pin}`)")

@@ -3,10 +3,10 @@
 Both engines' runs are the session runs of ``test_clef.py`` (the same memo key), so a row runs once per
 engine whichever module asks first. A port runs the rows ``--port-records`` selects (``sample``: rows
 of at most :data:`oracles.families.clef.run.CLEF_SAMPLE_TOKENS` tokens, every built-in row). The
-thresholds are the float32 ones of :mod:`oracles.checks.port`; ``oracles compare R.json R.json``
+thresholds are the port's (:mod:`oracles.checks.port`, float32 by default); ``oracles compare R.json R.json``
 holds the same rows again from the receipt's ``clef-row`` units (mlx-vlm is the port on the clef pin):
 each carries the read-out and every prompt position's logits ``[T, V]``, as test_port_logits and
-test_port_readout hold them.
+test_port_readout hold them. Every bound is the port's (``port.tolerance()``).
 """
 
 from __future__ import annotations
@@ -31,11 +31,6 @@ pytestmark = [pytest.mark.clef, pytest.mark.slow]
 
 ROWS = all_rows(clef.load_records())
 ROW_IDS = [r.label for r in ROWS]
-#: Pixel rows: both processors compute (x / 255 - mean) / std in float32 from the same PIL pixels, in
-#: another order of operations (two or three roundings each side, each at most half a ULP: 6e-8 for
-#: |x| < 1). Measured on every built-in row: max |Δ| 1.19e-7 (one ULP in [0.5, 1)) on ~7 % of values;
-#: 3e-7 bounds three roundings, while a wrong mean, std or channel order moves values by > 1e-2.
-PIXEL_ATOL = 3e-7
 
 
 def _pair(runs: Runs, reference: Engine, port: Engine, row: Row, root: Path, manifest: dict[str, Any],
@@ -55,7 +50,7 @@ def _pair(runs: Runs, reference: Engine, port: Engine, row: Row, root: Path, man
 def test_port_inputs(runs: Runs, reference: Engine, port: Engine, row: Row, clef_root: Path,
                      manifest: dict[str, Any], pytestconfig: pytest.Config, receipt: Receipt) -> None:
     """The port renders the same ids, and its processor chooses the same grids and pixel rows within
-    :data:`PIXEL_ATOL` (bit equality recorded)."""
+    the port's ``pixel_atol`` (bit equality recorded)."""
     ref, got = _pair(runs, reference, port, row, clef_root, manifest, pytestconfig, receipt)
     assert_ids_equal(got.ids, ref.ids, f"{row.label}: port ids vs reference ids")
     assert [m.grid for m in got.step.media] == [m.grid for m in ref.step.media], \
@@ -63,7 +58,8 @@ def test_port_inputs(runs: Runs, reference: Engine, port: Engine, row: Row, clef
     exact = [diff(a.pixels, b.pixels) for a, b in zip(got.step.media, ref.step.media)]
     receipt.update(pixels_bit_equal=[d.equal for d in exact], pixels_max_abs=[d.max_abs for d in exact])
     for i, (a, b) in enumerate(zip(got.step.media, ref.step.media)):
-        assert_within(a.pixels, b.pixels, PIXEL_ATOL, f"{row.label}: picture {i}: port vs reference pixel rows")
+        assert_within(a.pixels, b.pixels, port.tolerance().pixel_atol,
+                      f"{row.label}: picture {i}: port vs reference pixel rows")
 
 
 @pytest.mark.parametrize("row", ROWS, ids=ROW_IDS, scope="module")
@@ -88,16 +84,16 @@ def test_port_logits(runs: Runs, reference: Engine, port: Engine, row: Row, clef
     stream = np.abs(got.step.layers.astype(np.float64) - ref.step.layers).max(axis=(1, 2))
     receipt.update(figures=fig, tower_max_abs=towers, hidden_max_abs=diff(got.step.hidden, ref.step.hidden).max_abs,
                    stream_max_abs=[float(v) for v in stream])
-    assert_within_thresholds(f"{row.label}: {port.id} vs reference logits", fig)
+    assert_within_thresholds(f"{row.label}: {port.id} vs reference logits", fig, tolerance=port.tolerance())
 
 
 @pytest.mark.parametrize("row", ROWS, ids=ROW_IDS, scope="module")
 def test_port_readout(runs: Runs, reference: Engine, port: Engine, row: Row,
                       clef_root: Path, manifest: dict[str, Any], pytestconfig: pytest.Config, receipt: Receipt) -> None:
     """The question's read-out probabilities within max |Δp| of the reference's, and the same answer
-    unless the reference's is a near tie (:data:`oracles.checks.port.KEY_MARGIN`)."""
+    unless the reference's is a near tie (the port's ``key_margin``: :mod:`oracles.checks.tolerance`)."""
     ref, got = _pair(runs, reference, port, row, clef_root, manifest, pytestconfig, receipt)
     fig = readout_figures(list(row.question.keys), ref.probs, got.probs)
     receipt.update(readout=fig)
-    failures = readout_failures(fig)
+    failures = readout_failures(fig, tolerance=port.tolerance())
     assert not failures, f"{row.label}: {port.id} vs reference read-out: " + "; ".join(failures)

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from oracles.checks.cohort import COHORT_ATOL, Tally, compose, fixed_lanes
+from oracles.checks.cohort import Tally, compose, fixed_lanes
 from oracles.checks.exact import diff
 from oracles.engines.base import Engine
 from oracles.families.cohort import run as fam
@@ -26,9 +26,6 @@ from oracles.receipts.table import Receipt
 pytestmark = pytest.mark.cohort
 slow = pytest.mark.slow
 LANE_IDS = [f"lane{q}" for q in range(fam.LANES)]
-#: lm_head on the cohort's hidden rows vs the cohort's logits: the same float32 rows through the same
-#: head weight; only BLAS blocking may differ, a few ULPs of logits <= 32 (ULP(32) = 3.8e-6).
-HEAD_RERUN_ATOL = 1e-5
 
 
 @pytest.fixture(params=range(fam.LANES), ids=LANE_IDS)
@@ -145,28 +142,29 @@ def test_cohort_row_isolation(parity: Any, engine: Engine, pin: str, spec: Any, 
 
 @slow
 def test_cohort_close_to_serial(parity: Any, engine: Engine, pin: str, spec: Any, lane: int, receipt: Receipt) -> None:
-    """Engine-independent: the cohort's logits of the lane are within COHORT_ATOL of the serial lane's
-    at every step, with the same argmax."""
+    """Engine-independent: the cohort's logits of the lane are within the engine's ``cohort_atol`` of the
+    serial lane's at every step, with the same argmax."""
     gap, same = parity.logit_gap[:, lane], parity.argmax_equal[:, lane]
-    worst = int(np.argmax(gap))
-    receipt.update(engine=engine.id, pin=pin, lane=lane, atol=COHORT_ATOL, max_abs=float(gap.max()),
+    worst, atol = int(np.argmax(gap)), engine.tolerance().cohort_atol
+    receipt.update(engine=engine.id, pin=pin, lane=lane, atol=atol, max_abs=float(gap.max()),
                    worst_step=worst, bit_equal_steps=int((gap == 0).sum()), argmax_equal_steps=int(same.sum()))
-    assert gap.max() <= COHORT_ATOL, (f"{_where(pin, engine, spec)} lane {lane}: cohort vs serial max |d logit| "
-                                      f"{gap.max():.3e} at step {worst} > {COHORT_ATOL:g}")
+    assert gap.max() <= atol, (f"{_where(pin, engine, spec)} lane {lane}: cohort vs serial max |d logit| "
+                               f"{gap.max():.3e} at step {worst} > {atol:g}")
     assert same.all(), f"{_where(pin, engine, spec)} lane {lane}: argmax differs at steps {np.flatnonzero(~same)[:8]}"
 
 
 @slow
 def test_cohort_hidden_feeds_head(parity: Any, engine: Engine, pin: str, spec: Any, receipt: Receipt) -> None:
     """The cohort's hidden rows of the last step are what its logits rows were read from (lm_head re-run),
-    with the contract's shapes."""
+    with the contract's shapes, within the engine's ``head_rerun_atol``."""
     hidden, logits = parity.last_hidden, parity.last_logits
     assert hidden.shape == (fam.LANES, engine.hidden_size), f"hidden rows {hidden.shape}"
     assert logits.shape == (fam.LANES, engine.vocab_size), f"logits rows {logits.shape}"
-    d = diff(engine.lm_head(hidden), logits, atol=HEAD_RERUN_ATOL)
-    receipt.update(engine=engine.id, pin=pin, atol=HEAD_RERUN_ATOL, max_abs=d.max_abs)
+    atol = engine.tolerance().head_rerun_atol
+    d = diff(engine.lm_head(hidden), logits, atol=atol)
+    receipt.update(engine=engine.id, pin=pin, atol=atol, max_abs=d.max_abs)
     assert d.equal, d.describe(f"{_where(pin, engine, spec)}: lm_head(cohort hidden) vs cohort logits",
-                               f"differ by more than {HEAD_RERUN_ATOL:g}")
+                               f"differ by more than {atol:g}")
 
 
 @slow

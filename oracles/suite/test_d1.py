@@ -57,20 +57,6 @@ def _tree_meta(pin: str, rid: str) -> dict[str, Any]:
         pytest.skip(f"{rid}: fewer than two questions have rows for pin {pin}'s tokenizer")
     return meta
 
-#: lm_head re-run tolerance, as in test_forward: same float32 hidden row, same weight, one row each
-#: side (like with like); only a BLAS blocking change could reorder the 576-term dot products, moving
-#: a logit of magnitude <= 32 by a few ULP (ULP(32) = 3.8e-6). 1e-5 allows that and nothing more.
-HEAD_RERUN_ATOL = 1e-5
-#: float32 log-softmax vs float64: x - m and the log of a float32 sum each round once at magnitudes
-#: <= 40 (ULP(32) = 3.8e-6); 1e-5 is three such roundings.
-LOGZ_F64_ATOL = 1e-5
-#: Tree vs row: the branch attends over cached keys/values in matmuls of another shape than the full
-#: row, so its logits differ by float32 reordering only: on torch, over the 42 tree questions, max
-#: |dlogit| 4.4e-5 and max |dp| 4.1e-6 (receipt: test_tree_vs_row max_abs_dlogit / max_abs_dp). 1e-4
-#: is 25x that, while any real change of the prefix (a missing or extra token, a stale cache) moves
-#: answers by far more (the adopted red arms move by 0.028 to 0.13).
-TREE_ROW_DP_TOL = 1e-4
-
 
 def _label(key: tuple[str, str]) -> str:
     return f"{key[0]}/{key[1]}"
@@ -110,17 +96,18 @@ def _row_run(runs: Runs, engine: Engine, key: tuple[str, str], config: pytest.Co
     return _run(runs, engine, key[0], config).rows[key[1]]
 
 
-def _facts(pin: str, key: tuple[str, str], probs: list[float]) -> dict[str, Any]:
+def _facts(engine: Engine, key: tuple[str, str], probs: list[float]) -> dict[str, Any]:
     """The figures ``oracles summarize`` reads beside a question's read-out unit (which holds its record,
-    question id, pin, engine, keys, probabilities and answer)."""
-    rid, qid = key
+    question id, pin, engine, keys, probabilities and answer); ``near_tie`` by the engine's
+    ``readout_near_tie``."""
+    pin, (rid, qid) = engine.pin, key
     row, meta = _row(pin, key), _view(pin).meta[rid]
     top = row["keys"][readout.argmax(probs)]
     gold = REQUESTS[rid].gold.get(qid)
     gap = readout.top2_gap(probs)
     return {"source": meta["source"], "type": row["type"], "bucket": meta["bucket"], "path": meta["path"],
             "row_len": row["row_len"], "gold_key": gold, "gold_match": None if gold is None else gold == top,
-            "top2_gap": gap, "near_tie": gap <= d1.NEAR_TIE}
+            "top2_gap": gap, "near_tie": gap <= engine.tolerance().readout_near_tie}
 
 
 @pytest.mark.parametrize("key", QUESTIONS, ids=[_label(k) for k in QUESTIONS])
@@ -141,7 +128,8 @@ def test_logz(runs: Runs, engine: Engine, key: tuple[str, str], pytestconfig: py
     logits = as_f4(run.logits, f"{_label(key)}: slot logits [1, V]")
     assert logits.shape == (1, engine.vocab_size), f"{_label(key)}: slot logits shape {list(logits.shape)}"
     assert_bits_equal(run.logz, readout.log_softmax(logits[0]), f"{_label(key)}: logz vs log_softmax(logits)")
-    d = assert_within(run.logz, log_softmax64(logits[0]), LOGZ_F64_ATOL, f"{_label(key)}: logz vs float64 log-softmax")
+    d = assert_within(run.logz, log_softmax64(logits[0]), engine.tolerance().logz_f64_atol,
+                      f"{_label(key)}: logz vs float64 log-softmax")
     receipt.update(logits=dict(fingerprint(logits)), logz_vs_f64_max_abs=d.max_abs)
 
 
@@ -156,22 +144,25 @@ def test_readout(runs: Runs, engine: Engine, key: tuple[str, str], pytestconfig:
     attach_unit(receipt, "d1-row", request_sha256=_view(engine.pin).meta[key[0]]["sha256"], pin=engine.pin,
                 engine=engine.id, record=key[0], unit=key[1], ids=run.ids, keys=_row(engine.pin, key)["keys"],
                 probs=run.probs, arrays={"slot_logits": run.logits})  # [1, V]: `oracles compare` holds a port's to it
-    receipt.update(_facts(engine.pin, key, run.probs), seconds=round(run.seconds, 4),
+    receipt.update(_facts(engine, key, run.probs), seconds=round(run.seconds, 4),
                    logz_groups=[[float(run.logz[i]) for i in g] for g in groups])
     assert len(run.probs) == len(groups), f"{_label(key)}: {len(run.probs)} probabilities for {len(groups)} groups"
     readout.assert_probs_equal(again, run.probs, f"{_label(key)}: readout(logz) vs the row's probabilities")
-    assert abs(sum(run.probs) - 1.0) < 1e-12, f"{_label(key)}: probabilities sum to {sum(run.probs)!r}"
+    assert abs(sum(run.probs) - 1.0) < engine.tolerance().prob_sum_atol, \
+        f"{_label(key)}: probabilities sum to {sum(run.probs)!r}"
 
 
 @pytest.mark.parametrize("key", QUESTIONS, ids=[_label(k) for k in QUESTIONS])
 def test_head_rerun(runs: Runs, engine: Engine, key: tuple[str, str], pytestconfig: pytest.Config,
                     receipt: Receipt) -> None:
-    """lm_head on the kept final-norm hidden row reproduces the kept slot logits row."""
+    """lm_head on the kept final-norm hidden row reproduces the kept slot logits row (the engine's
+    ``head_rerun_atol``: one row each side, like with like)."""
     run = _row_run(runs, engine, key, pytestconfig)
+    atol = engine.tolerance().head_rerun_atol
     again = engine.lm_head(run.hidden)
     exact = diff(again, run.logits)
-    receipt.update(bit_equal=exact.equal, mismatches=exact.mismatches, max_abs=exact.max_abs, atol=HEAD_RERUN_ATOL)
-    assert_within(again, run.logits, HEAD_RERUN_ATOL, f"{_label(key)}: lm_head(hidden at the slot) vs slot logits")
+    receipt.update(bit_equal=exact.equal, mismatches=exact.mismatches, max_abs=exact.max_abs, atol=atol)
+    assert_within(again, run.logits, atol, f"{_label(key)}: lm_head(hidden at the slot) vs slot logits")
 
 
 @pytest.mark.parametrize("key", QUESTIONS, ids=[_label(k) for k in QUESTIONS])
@@ -196,7 +187,8 @@ def test_full_hidden_states(runs: Runs, engine: Engine, bucket: int, pytestconfi
     n = _row(engine.pin, key)["row_len"]
     h = as_f4(full.hidden, f"{_label(key)}: final-norm hidden states [L, D]")
     assert h.shape == (n, engine.hidden_size), f"{_label(key)}: hidden shape {list(h.shape)}, want [{n}, D]"
-    d = assert_within(engine.lm_head(h), full.logits, HEAD_RERUN_ATOL, f"{_label(key)}: lm_head(hidden [L, D]) vs logits")
+    d = assert_within(engine.lm_head(h), full.logits, engine.tolerance().head_rerun_atol,
+                      f"{_label(key)}: lm_head(hidden [L, D]) vs logits")
     kept = _row_run(runs, engine, key, pytestconfig)
     slot = diff(h[-1:], kept.hidden)
     receipt.update(hidden=dict(fingerprint(h)), head_bit_equal=d.equal, head_max_abs=d.max_abs,
@@ -255,7 +247,7 @@ def test_tree_readout(runs: Runs, engine: Engine, key: tuple[str, str], pytestco
 @pytest.mark.parametrize("key", TREE_QUESTIONS, ids=[_label(k) for k in TREE_QUESTIONS])
 def test_tree_vs_row(runs: Runs, engine: Engine, key: tuple[str, str], pytestconfig: pytest.Config,
                      receipt: Receipt) -> None:
-    """Tree and row probabilities of one question agree within TREE_ROW_DP_TOL (figure recorded)."""
+    """Tree and row probabilities of one question agree within the engine's ``tree_row_dp`` (figure recorded)."""
     _tree_meta(engine.pin, key[0]), _row(engine.pin, key)
     run = _run(runs, engine, key[0], pytestconfig)
     assert run.tree is not None
@@ -263,11 +255,11 @@ def test_tree_vs_row(runs: Runs, engine: Engine, key: tuple[str, str], pytestcon
     row = run.rows[key[1]]
     dp = readout.max_abs_dp(run.tree.probs[k], row.probs)
     dl = diff(run.tree.logits[k], row.logits)
-    facts = _facts(engine.pin, key, run.tree.probs[k])
+    facts, tol = _facts(engine, key, run.tree.probs[k]), engine.tolerance().tree_row_dp
     receipt.update(engine=engine.id, pin=engine.pin, max_abs_dp=dp, max_abs_dlogit=dl.max_abs, logits_bit_equal=dl.equal,
-                   tol=TREE_ROW_DP_TOL, argmax_equal=readout.argmax(row.probs) == readout.argmax(run.tree.probs[k]),
+                   tol=tol, argmax_equal=readout.argmax(row.probs) == readout.argmax(run.tree.probs[k]),
                    gold_match_tree=facts["gold_match"], probs_tree=run.tree.probs[k], probs_row=row.probs)
-    assert dp <= TREE_ROW_DP_TOL, (f"{_label(key)}: tree vs row max |dp| {dp:.3e} > {TREE_ROW_DP_TOL:g} "
+    assert dp <= tol, (f"{_label(key)}: tree vs row max |dp| {dp:.3e} > {tol:g} "
                                    f"(tree {run.tree.probs[k]}, row {row.probs}; max |dlogit| {dl.max_abs:.3e})")
 
 
@@ -293,7 +285,8 @@ ARM_KEYS = [(a["base_id"], arm_id) for arm_id, a in ARMS.items()]
 @pytest.mark.parametrize("arm", ARM_KEYS, ids=[k[1] for k in ARM_KEYS])
 def test_red_arm(runs: Runs, engine: Engine, arm: tuple[str, str], pytestconfig: pytest.Config,
                  receipt: Receipt) -> None:
-    """An adopted control arm moves some option's probability by more than RED_ARM_MIN against its base row.
+    """An adopted control arm moves some option's probability by more than the engine's ``red_arm_min``
+    against its base row.
 
     Adoption is a measurement on one pin (the arm's ``measured.pin``): on another pin the move is
     recorded and the check skips naming both, since another model's sensitivity to the change was
@@ -305,16 +298,16 @@ def test_red_arm(runs: Runs, engine: Engine, arm: tuple[str, str], pytestconfig:
     row = _view(engine.pin).arm_rows[arm_id]
     arm_run = runs(("d1-arm", engine.id, engine.pin, arm_id), lambda: row_pass(engine, row["ids"], row["readout_ids"]))
     assert row["keys"] == _row(engine.pin, base_key)["keys"], f"{arm_id}: keys {row['keys']} differ from the base's"
-    dp = readout.max_abs_dp(arm_run.probs, base.probs)
+    dp, least = readout.max_abs_dp(arm_run.probs, base.probs), engine.tolerance().red_arm_min
     keys = row["keys"]
     receipt.update(engine=engine.id, pin=engine.pin, kind=spec["kind"], base=_label(base_key), max_abs_dp=dp,
-                   threshold=d1.RED_ARM_MIN, probs_base=base.probs, probs_arm=arm_run.probs,
+                   threshold=least, probs_base=base.probs, probs_arm=arm_run.probs,
                    argmax_base=keys[readout.argmax(base.probs)], argmax_arm=keys[readout.argmax(arm_run.probs)],
                    measured_at_adoption=spec["measured"]["max_abs_dp"], row_len=len(row["ids"]))
     adopted_on = spec["measured"].get("pin")
     if adopted_on != engine.pin:
         pytest.skip(f"{arm_id} was adopted for its move on pin {adopted_on} (max |dp| "
-                    f"{spec['measured']['max_abs_dp']:.4f} > {d1.RED_ARM_MIN}); on pin {engine.pin}, never measured for "
+                    f"{spec['measured']['max_abs_dp']:.4f} > {least}); on pin {engine.pin}, never measured for "
                     f"adoption, its move {dp:.4f} is recorded, not held")
-    assert dp > d1.RED_ARM_MIN, (f"{arm_id}: moves {base_key[0]}/{base_key[1]} by max |dp| {dp:.4f} <= "
-                                 f"{d1.RED_ARM_MIN} (base {base.probs}, arm {arm_run.probs})")
+    assert dp > least, (f"{arm_id}: moves {base_key[0]}/{base_key[1]} by max |dp| {dp:.4f} <= "
+                        f"{least} (base {base.probs}, arm {arm_run.probs})")

@@ -17,7 +17,7 @@ import pytest
 from oracles.checks.exact import assert_ids_equal
 from oracles.families.d1 import records as d1
 from oracles.families.d1.rows import RowsView, current_rows, load_arms, rows_view
-from oracles.pins.pin import load_pin, sha256_file
+from oracles.pins.pin import Pin, sha256_file
 from oracles.pins.tokenizer import tokenizer_folder
 from oracles.receipts.table import Receipt
 
@@ -37,15 +37,17 @@ def _label(key: tuple[str, str]) -> str:
     return f"{key[0]}/{key[1]}"
 
 
-@pytest.fixture(scope="session")  # per record, test_d1 and this module's tests interleave on a worker:
-def views() -> Callable[[str], tuple[RowsView, RowsView]]:  # one build per pin (~2 s), not per module switch
+# Session scope: per record, test_d1 and this module's tests interleave on a worker; one build per pin
+# (~2 s), not one per module switch.
+@pytest.fixture(scope="session")
+def views(pins: Callable[[str], Pin]) -> Callable[[str], tuple[RowsView, RowsView]]:
     """``views(pin) -> (committed, now)``: the pin's committed d1 rows and the rows its tokenizer alone
     gives today (skips when no tokenizer copy or snapshot is at hand)."""
     made: dict[str, tuple[RowsView, RowsView]] = {}
 
     def get(pin: str) -> tuple[RowsView, RowsView]:
         if pin not in made:
-            p = load_pin(pin)
+            p = pins(pin)
             folder = tokenizer_folder(p)
             if folder is None:
                 pytest.skip(f"pin {pin}: no tokenizer copy and no materialised snapshot (run `oracles materialize {pin}`)")

@@ -13,17 +13,17 @@ import pytest
 
 from oracles.checks.header import TORCH_TO_CODE, compare_to_model, tile_problems
 from oracles.errors import PinError
-from oracles.pins.pin import load_pin, safetensors_header
+from oracles.pins.pin import Pin, safetensors_header
 from oracles.receipts.table import Receipt
 
 pytestmark = [pytest.mark.d1]
 
 
-def _weights(pin: str) -> str:
+def _weights(pin: Pin) -> str:
     """The pin's one safetensors file (a sharded snapshot's headers are checked by ``verify_snapshot``)."""
-    files = sorted(load_pin(pin).safetensors_headers)
+    files = sorted(pin.safetensors_headers)
     if len(files) != 1:
-        pytest.skip(f"pin {pin}: {len(files)} safetensors files; the header proofs read a single-file snapshot")
+        pytest.skip(f"pin {pin.name}: {len(files)} safetensors files; the header proofs read a single-file snapshot")
     return files[0]
 
 
@@ -34,9 +34,9 @@ def _proof(path: Path) -> tuple[list[str], dict[str, Any], dict[str, Any]]:
 
 
 @pytest.mark.slow
-def test_header_tiles_file(verified_snapshot: Callable[[str], Path], pin: str, receipt: Receipt) -> None:
+def test_header_tiles_file(verified_snapshot: Callable[[str], Path], pin: str, pin_file: Pin, receipt: Receipt) -> None:
     """The snapshot's header parses; the data regions tile the buffer; 8 + N + last end == file size."""
-    path = verified_snapshot(pin) / _weights(pin)
+    path = verified_snapshot(pin) / _weights(pin_file)
     problems, figures, header = _proof(path)
     receipt.update(figures, metadata=header.get("__metadata__"))
     assert not problems, f"{path}: {len(problems)} header problems; first: {problems[0]}"
@@ -45,15 +45,15 @@ def test_header_tiles_file(verified_snapshot: Callable[[str], Path], pin: str, r
 
 
 @pytest.mark.slow
-def test_header_matches_meta_build(verified_snapshot: Callable[[str], Path], pin: str, receipt: Receipt) -> None:
+def test_header_matches_meta_build(verified_snapshot: Callable[[str], Path], pin: str, pin_file: Pin,
+                                   receipt: Receipt) -> None:
     """Tensor names, dtypes and shapes equal a meta-device build of the pin's model class; the
     tied lm_head is reported tied (present in the model, absent from the file)."""
     import torch
     import transformers
 
     root = verified_snapshot(pin)
-    weights = _weights(pin)
-    pin_file = load_pin(pin)
+    weights = _weights(pin_file)
     config = transformers.AutoConfig.from_pretrained(root)
     with torch.device("meta"):
         model = getattr(transformers, pin_file.model_class)(config)

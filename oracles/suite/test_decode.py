@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import pytest
 
-from oracles.checks.cache import CACHE_ATOL, CACHE_NMSE, cache_failure, cache_figures
+from oracles.checks.cache import cache_failure, cache_figures
 from oracles.checks.exact import diff
 from oracles.checks.fingerprint import as_f4, row_fingerprints
 from oracles.engines.base import Engine
 from oracles.families.execution import runs as ex
 from oracles.families.execution.decode import recompute_steps
 from oracles.families.execution.prompts import PromptRecord, load_prompts
-from oracles.pins.pin import untrained_reason
 from oracles.plugin.fixtures import Runs
 from oracles.plugin.port_scope import EXECUTION_SAMPLE_TOKENS, PortScope
 from oracles.receipts.table import Receipt
@@ -43,7 +42,7 @@ def test_decode_to_stop(runs: Runs, engine: Engine, record: PromptRecord, receip
                    prefill_seconds=round(run.prefill_seconds, 4), decode_seconds=round(run.decode_seconds, 4),
                    decode_tokens_per_second=round(run.decode_tokens_per_second, 3))
     assert run.tokens, f"{record.id}: no token decoded"
-    if why := untrained_reason(engine.pin, "ending a generation with a stop token"):
+    if why := engine.pin_file.untrained_reason("ending a generation with a stop token"):
         pytest.skip(why)
     assert run.finish_reason == "stop", (f"{record.id}: no stop token {sorted(engine.eos_token_ids)} within "
                                          f"max_new_tokens={run.max_new_tokens}; last tokens {run.tokens[-8:]}")
@@ -60,18 +59,19 @@ def test_decode_argmax_chain(runs: Runs, engine: Engine, record: PromptRecord) -
 
 def test_decode_matches_recompute(runs: Runs, engine: Engine, record: PromptRecord, receipt: Receipt) -> None:
     """Cached logits agree with a cold recompute of the whole prefix at the first, last and every k-th
-    step, within :mod:`oracles.checks.cache`'s bounds (max |Δ|, NMSE, argmax)."""
+    step, within :mod:`oracles.checks.cache`'s bounds (max |Δ|, NMSE, argmax) of the engine's tolerance."""
     run = ex.decode(runs, engine, record)
+    tolerance = engine.tolerance()
     steps = recompute_steps(len(run.tokens), run.every)
     assert sorted(run.recomputed) == steps, f"{record.id}: recomputed steps {sorted(run.recomputed)} != {steps}"
     figures, failures = [], []
     for s in steps:
         cached, cold = as_f4(run.step_logits[s], f"{record.id} step {s}: cached row"), as_f4(run.recomputed[s])
         figures.append({"step": s, "prefix_tokens": len(run.prompt) + s, **cache_figures(cached, cold)})
-        if msg := cache_failure(f"step {s} (prefix {len(run.prompt) + s} tokens)", cached, cold):
+        if msg := cache_failure(f"step {s} (prefix {len(run.prompt) + s} tokens)", cached, cold, tolerance=tolerance):
             failures.append(msg)
     receipt.update(request_sha256=record.sha256, every=run.every, compared_steps=steps, steps=figures,
-                   atol=CACHE_ATOL, nmse_max=CACHE_NMSE, recompute_seconds=round(run.recompute_seconds, 4),
+                   atol=tolerance.cache_atol, nmse_max=tolerance.cache_nmse, recompute_seconds=round(run.recompute_seconds, 4),
                    max_abs=max(f["max_abs"] for f in figures), nmse=max(f["nmse"] for f in figures))
     assert not failures, f"{record.id}: {len(failures)} of {len(steps)} compared steps fail: " + "; ".join(failures)
 

@@ -23,12 +23,6 @@ pytestmark = [pytest.mark.mtplx, pytest.mark.slow]
 
 PROMPTS = load_prompts()
 
-#: lm_head re-run tolerance. The re-run multiplies the same float32 hidden rows by the same weight;
-#: only the BLAS blocking may differ with the row count, which reorders the 576-term dot products.
-#: That moves a logit of magnitude <= 32 by a few float32 ULPs (ULP(32) = 3.8e-6), so 1e-5 allows
-#: reordering and nothing more; bit equality is recorded beside it.
-HEAD_RERUN_ATOL = 1e-5
-
 
 @pytest.fixture(params=PROMPTS, ids=[p.id for p in PROMPTS])
 def record(request: pytest.FixtureRequest, pin: str) -> PromptRecord:
@@ -70,11 +64,13 @@ def test_prefill_fingerprints(runs: Runs, engine: Engine, record: PromptRecord, 
 
 
 def test_head_rerun(runs: Runs, engine: Engine, record: PromptRecord, receipt: Receipt) -> None:
-    """lm_head on the captured final-norm hidden states reproduces the prefill logits."""
+    """lm_head on the captured final-norm hidden states reproduces the prefill logits, within the
+    engine's ``head_rerun_atol`` (:mod:`oracles.checks.tolerance`)."""
     step = prefill(runs, engine, record)
+    atol = engine.tolerance().head_rerun_atol
     again = engine.lm_head(step.hidden)
     exact = diff(again, step.logits)
     receipt.update(bit_equal=exact.equal, mismatches=exact.mismatches, max_abs=exact.max_abs, max_ulp=exact.max_ulp,
-                   atol=HEAD_RERUN_ATOL)
-    assert_within(again, step.logits, HEAD_RERUN_ATOL, f"{record.id}: lm_head(final-norm hidden) vs prefill logits")
+                   atol=atol)
+    assert_within(again, step.logits, atol, f"{record.id}: lm_head(final-norm hidden) vs prefill logits")
     assert np.array_equal(again.argmax(-1), step.logits.argmax(-1)), f"{record.id}: head re-run changed an argmax"

@@ -13,7 +13,6 @@ from oracles.checks.fingerprint import fingerprint, row_fingerprints
 from oracles.engines.base import Engine
 from oracles.families.execution import runs as ex
 from oracles.families.execution.prompts import PromptRecord
-from oracles.pins.pin import untrained_reason
 from oracles.plugin.fixtures import Runs
 from oracles.receipts.table import Receipt
 from oracles.receipts.units import attach_unit
@@ -47,7 +46,7 @@ def test_generation_to_stop(runs: Runs, engine: Engine, record: PromptRecord, mo
                    decode_tokens_per_second=round(gen.decode_tokens_per_second, 3))
     assert gen.tokens, f"{record.id} {mode}: no token generated"
     assert not (set(gen.tokens[:-1]) & engine.eos_token_ids), f"{record.id} {mode}: generation ran past a stop token"
-    if why := untrained_reason(engine.pin, "ending a generation with a stop token"):
+    if why := engine.pin_file.untrained_reason("ending a generation with a stop token"):
         pytest.skip(why)
     assert gen.finish_reason == "stop" and gen.tokens[-1] in engine.eos_token_ids, (
         f"{record.id} {mode}: no stop token {sorted(engine.eos_token_ids)} within max_new_tokens={ex.MAX_NEW_TOKENS} "

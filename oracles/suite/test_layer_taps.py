@@ -14,7 +14,7 @@ from typing import Any, Sequence
 import numpy as np
 import pytest
 
-from oracles.checks.bisect import FLOOR_AT_0, FLOOR_PER_LAYER
+from oracles.checks.bisect import noise_floor
 from oracles.checks.exact import assert_bits_equal
 from oracles.engines.base import Engine
 from oracles.engines.taps import Taps
@@ -57,9 +57,10 @@ def test_stream_row_L_through_final_norm(runs: Runs, engine: Engine, receipt: Re
 def test_bisect_faithful_port(runs: Runs, reference: Engine, port: Engine, receipt: Receipt) -> None:
     """A faithful port (mlx-lm against transformers) has no stage over its budget on "ping"; every
     stage's NMSE and its ratio to the calibrated noise floor are recorded."""
+    tolerance = port.tolerance()
     report = localise(_Cached(reference, taps(runs, reference)), _Cached(port, taps(runs, port)),
-                      list(PING.bind(reference.pin).ids), PING.id)
-    floors = [s["nmse"] / (FLOOR_AT_0 + FLOOR_PER_LAYER * s["depth"]) for s in report["stages"]]
+                      list(PING.bind(reference.pin).ids), PING.id, tolerance=tolerance)
+    floors = [s["nmse"] / noise_floor(s["depth"], tolerance=tolerance) for s in report["stages"]]
     receipt.update(kind="bisect", pin=reference.pin, record=PING.id, reference=reference.id, port=port.id,
                    stages=report["stages"], divergent=report["divergent"], nmse_over_floor_max=max(floors))
     over = [(s["name"], s["nmse"], s["budget"]) for s in report["stages"] if s["over"]]

@@ -1,7 +1,8 @@
 """Port vs reference (port): every execution record held against the reference, record by record.
 
 For each record: ids equal; per-position argmax agreement, max |Δlogit|, NMSE, KL(reference‖port)
-mean and max (thresholds in :mod:`oracles.checks.port`, justified there); over generations, the first
+mean and max (the port's own thresholds, ``port.tolerance()``: :mod:`oracles.checks.tolerance` derives
+the float32 ones); over generations, the first
 divergent token. Every run is the one the family tests made (same ``runs`` keys), so nothing here
 recomputes. Also: a port whose outputs hold NaN fails naming the record and position. The chat
 records' port check lives in test_chat.py (marked ``port`` too), so that under ``--dist loadgroup`` it
@@ -17,6 +18,7 @@ import pytest
 
 from oracles.checks.exact import assert_ids_equal
 from oracles.checks.port import assert_within_thresholds, compared_rows, first_divergence, held_figures
+from oracles.checks.tolerance import Tolerance
 from oracles.engines.base import Engine, Step
 from oracles.families.execution import runs as ex
 from oracles.families.execution.localise import localise
@@ -35,21 +37,22 @@ def record(request: pytest.FixtureRequest, pin: str) -> PromptRecord:
     return request.param.bind(pin)
 
 
-def _held(what: str, ref_logits: Any, port_logits: Any, receipt: Receipt,
+def _held(what: str, ref_logits: Any, port_logits: Any, receipt: Receipt, tolerance: Tolerance,
           localise_on: tuple[Any, Any, PromptRecord] | None = None) -> dict[str, Any]:
-    """Hold the logits to the fp32 thresholds. When they fail and ``localise_on`` gives (reference,
-    port, record), the receipt gains a ``bisect`` section: the first stage (layer, attention or MLP
-    inside it) where the port leaves the reference on that record (:mod:`oracles.families.execution.localise`),
-    or which engine cannot be localised."""
+    """Hold the logits to ``tolerance``'s thresholds (the port's). When they fail and ``localise_on``
+    gives (reference, port, record), the receipt gains a ``bisect`` section: the first stage (layer,
+    attention or MLP inside it) where the port leaves the reference on that record
+    (:mod:`oracles.families.execution.localise`, the same tolerance's budgets), or which engine cannot
+    be localised."""
     __tracebackhide__ = True
     fig = held_figures(what, ref_logits, port_logits)
     receipt.update(fig)
     try:
-        assert_within_thresholds(what, fig)
+        assert_within_thresholds(what, fig, tolerance=tolerance)
     except AssertionError:
         if localise_on is not None:
             reference, port, record = localise_on
-            receipt["bisect"] = localise(reference, port, list(record.ids), record.id)
+            receipt["bisect"] = localise(reference, port, list(record.ids), record.id, tolerance=tolerance)
         raise
     return fig
 
@@ -62,7 +65,7 @@ def test_prefill_vs_reference(runs: Runs, reference: Engine, port: Engine, recor
     ref, got = ex.prefill(runs, reference, record), ex.prefill(runs, port, record)
     receipt.update(request_sha256=record.sha256, kind="prefill", port=port.id, reference=reference.id)
     _held(f"{record.id}: prefill logits, port {port.id} vs {reference.id}", ref.logits, got.logits, receipt,
-          localise_on=(reference, port, record))
+          port.tolerance(), localise_on=(reference, port, record))
 
 
 @pytest.mark.parametrize("record", ex.GENERATION, ids=[r.id for r in ex.GENERATION], indirect=True)
@@ -73,7 +76,8 @@ def test_decode_vs_reference(runs: Runs, reference: Engine, port: Engine, record
     receipt.update(request_sha256=record.sha256, kind="decode", first_divergent_token=first,
                    ref_tokens=ref.tokens, port_tokens=got.tokens)
     n = compared_rows(ref.tokens, got.tokens)
-    _held(f"{record.id}: decode step logits (first {n} steps)", ref.step_logits[:n], got.step_logits[:n], receipt)
+    _held(f"{record.id}: decode step logits (first {n} steps)", ref.step_logits[:n], got.step_logits[:n], receipt,
+          port.tolerance())
     assert_ids_equal(got.tokens, ref.tokens, f"{record.id}: port {port.id} greedy decode vs reference")
 
 
@@ -87,7 +91,7 @@ def test_greedy_generation_vs_reference(runs: Runs, reference: Engine, port: Eng
                    finish=[ref.finish_reason, got.finish_reason])
     n = compared_rows(ref.tokens, got.tokens)
     _held(f"{record.id}: greedy generation step logits (first {n} steps)", ref.step_logits[:n], got.step_logits[:n],
-          receipt)
+          receipt, port.tolerance())
     assert first is None, \
         f"{record.id}: first divergent token at {first}: {ref.tokens[first:first + 3]} vs {got.tokens[first:first + 3]}"
 
@@ -102,7 +106,8 @@ def test_sampled_generation_recorded(runs: Runs, reference: Engine, port: Engine
     receipt.update(request_sha256=record.sha256, kind="generate-sampled",
                    first_divergent_token=first_divergence(ref.tokens, got.tokens),
                    ref_tokens=ref.tokens, port_tokens=got.tokens)
-    _held(f"{record.id}: sampled generation, first step logits", ref.step_logits[:1], got.step_logits[:1], receipt)
+    _held(f"{record.id}: sampled generation, first step logits", ref.step_logits[:1], got.step_logits[:1], receipt,
+          port.tolerance())
 
 
 @pytest.mark.parametrize("record", ex.GENERATION, ids=[r.id for r in ex.GENERATION], indirect=True)
@@ -136,7 +141,8 @@ def test_nan_port_names_record_and_position(runs: Runs, reference: Engine, recei
     ref = ex.prefill(runs, reference, record)
     bad = NanPort(reference.vocab_size, position=5).forward(list(record.ids))
     with pytest.raises(AssertionError) as err:
-        _held(f"{record.id}: prefill logits, port nan-port vs {reference.id}", ref.logits, bad.logits, receipt)
+        _held(f"{record.id}: prefill logits, port nan-port vs {reference.id}", ref.logits, bad.logits, receipt,
+              reference.tolerance())
     message = str(err.value)
     receipt.update(message=message)
     assert f"{record.id}:" in message and "position 5" in message and "non-finite" in message, message
@@ -153,7 +159,7 @@ def test_failed_record_is_localised(runs: Runs, reference: Engine, receipt: Rece
     ref, got = ex.prefill(runs, reference, record), port.forward(list(record.ids))
     with pytest.raises(AssertionError):
         _held(f"{record.id}: prefill logits, port {port.id} vs {reference.id}", ref.logits, got.logits, receipt,
-              localise_on=(reference, port, record))
+              port.tolerance(), localise_on=(reference, port, record))
     report = receipt["bisect"]
     want = port.stage()
     receipt.update(injected_at=want)

@@ -15,9 +15,32 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from oracles.engines.base import Engine, Step, check_cohort
+from oracles.engines.base import Engine, Step, Unsupported, check_cohort
+from oracles.pins.pin import Pin
 
 V, D, H, DK, S, L = 2003, 8, 2, 4, 6, 2  # V: a vocabulary where the span formulas never repeat a token
+
+
+def fake_pin(name: str, model_class: str = "FakeForCausalLM") -> Pin:
+    """A pin named ``name`` for an engine built outside any pin store (engines are built with a
+    :class:`Pin`): a text model that pins no file, so there is nothing to verify."""
+    return Pin(name=name, source="local:.", source_sha256=None, model_class=model_class, files={},
+               safetensors_headers={}, built_with={}, path=Path(f"{name}.json"))
+
+
+class NoForward:
+    """The core methods (:data:`oracles.engines.base.CORE_METHODS`) of a fake engine whose tests never
+    run a forward (a load, a contract or a context check): mixed in before Engine, so the class can be
+    built; its forward is refused as a capability it lacks."""
+
+    def forward(self, prompt: Any, cache: Any | None = None, keep: int = 0, layers: bool = False) -> Step:
+        raise Unsupported(str(getattr(self, "id", "?")), "forward", "a fake engine that never runs one")
+
+    def make_cache(self) -> Any:
+        return []
+
+    def cache_length(self, cache: Any) -> int:
+        return 0 if cache is None else len(cache)
 
 
 @dataclass
@@ -39,7 +62,7 @@ class FakeEngine(Engine):
     id = "fake"
 
     def __init__(self, bug: str | None = None, map_for_bug: Sequence[int] = (2, 0, 3, 1)) -> None:
-        super().__init__(Path("."), "fake-pin", 0)
+        super().__init__(Path("."), fake_pin("fake-pin"), 0)
         rng = np.random.default_rng(0)
         self.vocab_size, self.hidden_size, self.num_layers, self.max_context = V, D, L, 0
         self.emb = rng.standard_normal((V, D)).astype("<f4")

@@ -16,10 +16,12 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 import pytest
+from cohort_fake import NoForward
 from test_bisect_dry import D, L, V, forward_arrays, perturbed
 
 from oracles.engines.base import Engine
 from oracles.engines.taps import Taps
+from oracles.pins.pin import Pin
 
 pytestmark = pytest.mark.dry
 
@@ -49,13 +51,13 @@ class _StubTokenizer:
         return ["" for _ in ids]
 
 
-class _Tapped(Engine):
+class _Tapped(NoForward, Engine):
     """An engine whose prefill is ``arrays`` whatever the prompt (the layer taps bisect reads)."""
 
     arrays: dict[str, np.ndarray] = REF
     chat_template: str | None = "{{ messages }}"
 
-    def __init__(self, root: Path, pin: str, threads: int = 0) -> None:
+    def __init__(self, root: Path, pin: Pin, threads: int = 0) -> None:
         super().__init__(root, pin, threads)
         self.vocab_size, self.hidden_size, self.num_layers = V, D, L
         self.eos_token_ids, self.max_context = frozenset({0}), 0
@@ -101,7 +103,7 @@ class FakeBroken(_Tapped):
 
     id = "fake-broken"
 
-    def __init__(self, root: Path, pin: str, threads: int = 0) -> None:
+    def __init__(self, root: Path, pin: Pin, threads: int = 0) -> None:
         raise KeyError("model.layers.0.mlp.gate_proj.weight")
 
 

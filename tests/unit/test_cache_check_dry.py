@@ -10,9 +10,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from oracles.checks.cache import CACHE_ATOL, CACHE_NMSE, cache_failure, cache_figures
-from oracles.checks.cohort import COHORT_ATOL, serial_gap_failure
+from oracles.checks.cache import cache_failure, cache_figures
+from oracles.checks.cohort import serial_gap_failure
+from oracles.checks.tolerance import FLOAT32
 from oracles.faults.matrix import decode_recompute
+
+CACHE_ATOL, CACHE_NMSE, COHORT_ATOL = FLOAT32.cache_atol, FLOAT32.cache_nmse, FLOAT32.cohort_atol
 
 pytestmark = pytest.mark.dry
 

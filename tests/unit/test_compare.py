@@ -12,9 +12,11 @@ import numpy as np
 import pytest
 from units_fake import PIN, SHA, TWIN, decode, logits, probs, readout, slot, write
 
-from oracles.checks.port import KEY_MARGIN, MAX_ABS_DP, MAX_ABS_LOGIT
+from oracles.checks.tolerance import FLOAT32
 from oracles.cli import main
 from oracles.receipts.table import SCHEMA_VERSION
+
+KEY_MARGIN, MAX_ABS_DP, MAX_ABS_LOGIT = FLOAT32.key_margin, FLOAT32.max_abs_dp, FLOAT32.max_abs_logit
 
 pytestmark = [pytest.mark.dry]
 

@@ -15,10 +15,13 @@ import numpy as np
 import pytest
 from units_fake import V, decode, write
 
-from oracles.checks.port import MAX_ABS_LOGIT, MAX_NMSE, compared_rows, port_figures, threshold_failures
+from oracles.checks.port import compared_rows, port_figures, threshold_failures
+from oracles.checks.tolerance import FLOAT32
 from oracles.cli import main
 from oracles.receipts.compare import held_rows
 from oracles.receipts.units import KINDS, Unit
+
+MAX_ABS_LOGIT, MAX_NMSE = FLOAT32.max_abs_logit, FLOAT32.max_nmse
 
 pytestmark = [pytest.mark.dry]
 

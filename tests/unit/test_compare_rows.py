@@ -11,9 +11,11 @@ import numpy as np
 import pytest
 from units_fake import PIN, SHA, decode, logits, readout, slot, write
 
-from oracles.checks.port import MAX_ABS_LOGIT
+from oracles.checks.tolerance import FLOAT32
 from oracles.cli import main
 from oracles.receipts.units import KINDS, Unit
+
+MAX_ABS_LOGIT = FLOAT32.max_abs_logit
 
 pytestmark = [pytest.mark.dry]
 

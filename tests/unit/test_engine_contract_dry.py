@@ -11,11 +11,12 @@ from typing import Any, Sequence
 
 import numpy as np
 import pytest
-from cohort_fake import D, DryTokenizer, FakeEngine, V
+from cohort_fake import D, DryTokenizer, FakeEngine, NoForward, V
 
 from oracles.engines.base import REQUIRED_MEMBERS, Engine, EngineContractError, Generation, Sampler, Step, Tokenizer
 from oracles.engines.contract import install_checks
 from oracles.engines.types import TOKENIZER_MEMBERS, VISION_TOKENIZER_MEMBERS
+from oracles.pins.pin import Pin, load_pin
 from oracles.pins.tokenizer import canary_disagreement
 from oracles.plugin.fixtures import EngineLoader
 
@@ -31,10 +32,10 @@ class Port(FakeEngine):
     id = "my-port"
     loads = 0
 
-    def __init__(self, root: Path, pin: str, threads: int = 0) -> None:
+    def __init__(self, root: Path, pin: Pin, threads: int = 0) -> None:
         super().__init__()
         type(self).loads += 1
-        self.root, self.pin, self.eos_token_ids = root, pin, frozenset({2})
+        self.root, self.pin, self.pin_file, self.eos_token_ids = root, pin.name, pin, frozenset({2})
         self.tokenizer = DryTokenizer(root)
         self.shape_bug = ""
 
@@ -109,7 +110,7 @@ def test_dry_tokenizer_keeps_the_protocol_and_loads(monkeypatch: pytest.MonkeyPa
 class NoMaxContext(Port):
     """The trial's port: it never sets max_context (23 tests each failed with AttributeError)."""
 
-    def __init__(self, root: Path, pin: str, threads: int = 0) -> None:
+    def __init__(self, root: Path, pin: Pin, threads: int = 0) -> None:
         super().__init__(root, pin, threads)
         del self.max_context
 
@@ -124,13 +125,14 @@ class TwoMethodTokenizer:
         return ""
 
 
-class Bare(Engine):
-    """Sets nothing but a tokenizer with the two documented methods, and a str for vocab_size."""
+class Bare(NoForward, Engine):
+    """Has the core methods and sets nothing else but a tokenizer with the two documented methods, and a
+    str for vocab_size."""
 
     id = "bare"
     loads = 0
 
-    def __init__(self, root: Path, pin: str, threads: int = 0) -> None:
+    def __init__(self, root: Path, pin: Pin, threads: int = 0) -> None:
         super().__init__(root, pin, threads)
         type(self).loads += 1
         self.tokenizer = TwoMethodTokenizer()  # type: ignore[assignment]  # the broken port under test
@@ -157,7 +159,7 @@ def test_every_missing_member_and_tokenizer_member_named_together(monkeypatch: p
 
 def test_vision_pin_asks_the_tokenizer_for_convert_ids_to_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
     class NoConvert(Port):
-        def __init__(self, root: Path, pin: str, threads: int = 0) -> None:
+        def __init__(self, root: Path, pin: Pin, threads: int = 0) -> None:
             super().__init__(root, pin, threads)
             self.tokenizer = TwoMethodTokenizer()  # type: ignore[assignment]
 
@@ -171,7 +173,7 @@ def test_tokenizer_encode_that_raises_is_one_line_tried_once(monkeypatch: pytest
             return self.light.encode(text)
 
     class OldPort(Port):
-        def __init__(self, root: Path, pin: str, threads: int = 0) -> None:
+        def __init__(self, root: Path, pin: Pin, threads: int = 0) -> None:
             super().__init__(root, pin, threads)
             self.tokenizer = OldEncode(root)  # type: ignore[assignment]  # the broken tokenizer under test
 
@@ -246,7 +248,7 @@ def test_wrong_type_named(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_good_returns_pass_unchanged(monkeypatch: pytest.MonkeyPatch) -> None:
     """Positive control: the checked calls give the very objects the engine's own give, every method."""
     engine = _built(monkeypatch, "")
-    plain = Port(SMOL, PIN)
+    plain = Port(SMOL, load_pin(PIN))
     step = engine.forward([5, 6, 7], keep=2)
     want = plain.forward([5, 6, 7], keep=2)
     assert step.logits.shape == (2, V) and np.array_equal(step.logits, want.logits)

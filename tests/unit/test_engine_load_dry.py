@@ -11,12 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cohort_fake import DryTokenizer
+from cohort_fake import DryTokenizer, NoForward, fake_pin
 
 from oracles.engines.base import Engine
-from oracles.engines.mlx.lm import MlxPort, missing_model_module
+from oracles.engines.mlx.config import missing_model_module
+from oracles.engines.mlx.lm import MlxPort
 from oracles.errors import OracleError
-from oracles.pins.pin import FileDigest, Pin, sha256_file
+from oracles.pins.pin import FileDigest, Pin, available_pins, load_pin, sha256_file
 from oracles.pins.tokenizer import CANARY, canary_disagreement, load_tokenizer
 from oracles.plugin.fixtures import EngineLoader
 
@@ -99,19 +100,19 @@ def test_mlx_port_keeps_pin_whose_config_is_not_the_pinned_one(tmp_path: Path) -
     assert MlxPort.unsupported_pin(pin) is None
 
 
-class _Broken(Engine):
+class _Broken(NoForward, Engine):
     id = "broken"
     loads = 0
 
-    def __init__(self, root: Path, pin: str, threads: int = 0) -> None:
+    def __init__(self, root: Path, pin: Pin, threads: int = 0) -> None:
         type(self).loads += 1
         raise ValueError("Model type opt not supported.\nsecond line")
 
 
-class _Refusing(Engine):
+class _Refusing(NoForward, Engine):
     id = "refusing"
 
-    def __init__(self, root: Path, pin: str, threads: int = 0) -> None:
+    def __init__(self, root: Path, pin: Pin, threads: int = 0) -> None:
         raise OracleError("the torch reference cannot hook pin p (OPTForCausalLM, decoder OPTDecoder): ...")
 
 
@@ -120,7 +121,8 @@ def _loader(monkeypatch: pytest.MonkeyPatch, cls: type[Engine], events: list[Any
 
     monkeypatch.setattr(registry, "unavailable_reason", lambda _e: None)
     monkeypatch.setattr(registry, "engine_class", lambda _e: cls)
-    return EngineLoader(lambda _pin: SMOL, 0, lambda _e: {}, lambda event, **f: events.append((event, f)))
+    return EngineLoader(lambda _pin: SMOL, 0, lambda _e: {}, lambda event, **f: events.append((event, f)),
+                        lambda name: load_pin(name) if name in available_pins() else fake_pin(name))
 
 
 def test_failed_load_is_tried_once_and_each_test_gets_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -188,10 +190,10 @@ def test_canary_disagreement_names_both_tokenizers_and_ids() -> None:
     assert line.endswith("else the pin's tokenizer files are not its model's own")
 
 
-class _Tokenizing(Engine):
+class _Tokenizing(NoForward, Engine):
     id = "tokenizing"
 
-    def __init__(self, root: Path, pin: str, threads: int = 0) -> None:
+    def __init__(self, root: Path, pin: Pin, threads: int = 0) -> None:
         super().__init__(root, pin, threads)
         self.vocab_size, self.hidden_size, self.num_layers, self.max_context = 49152, 8, 1, 0
         self.eos_token_ids = frozenset({2})

@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from cohort_fake import NoForward, fake_pin
 
 from oracles.commands.records import build
 from oracles.engines.base import ContextTooShort, Engine, Unsupported, check_fits
@@ -16,11 +17,11 @@ from oracles.pins.pin import load_pin
 pytestmark = pytest.mark.dry
 
 
-class Short(Engine):
+class Short(NoForward, Engine):
     id = "short"
 
     def __init__(self) -> None:
-        super().__init__(Path("."), "tiny-context", 0)
+        super().__init__(Path("."), fake_pin("tiny-context"), 0)
         self.max_context = 16
 
 

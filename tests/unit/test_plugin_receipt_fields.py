@@ -60,6 +60,15 @@ class FakeEngine(Engine):
 
     def describe(self):
         return {"kind": "stand-in"}
+
+    def forward(self, prompt, cache=None, keep=0, layers=False):
+        raise self._unsupported("forward", "a stand-in that only loads")
+
+    def make_cache(self):
+        return []
+
+    def cache_length(self, cache):
+        return 0
 """
 
 SUITE = """

@@ -9,17 +9,11 @@ from typing import Any
 
 import pytest
 
-from oracles.checks.port import (
-    KEY_MARGIN,
-    MAX_ABS_DP,
-    MAX_ABS_LOGIT,
-    MAX_KL,
-    MAX_NMSE,
-    NEAR_TIE,
-    compared,
-    readout_failures,
-    threshold_failures,
-)
+from oracles.checks.port import compared, readout_failures, threshold_failures
+from oracles.checks.tolerance import FLOAT32
+
+KEY_MARGIN, MAX_ABS_DP, MAX_ABS_LOGIT = FLOAT32.key_margin, FLOAT32.max_abs_dp, FLOAT32.max_abs_logit
+MAX_KL, MAX_NMSE, NEAR_TIE = FLOAT32.max_kl, FLOAT32.max_nmse, FLOAT32.near_tie
 
 pytestmark = pytest.mark.dry
 

@@ -39,6 +39,9 @@ class Fake(Engine):
     def make_cache(self) -> list[int]:
         return []
 
+    def cache_length(self, cache: list[int] | None) -> int:
+        return 0 if cache is None else len(cache)
+
     def _row(self, seq: list[int]) -> np.ndarray:
         tok = rule(seq)
         if len(seq) in self.wrong_at:

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from cohort_fake import fake_pin
 
 from oracles.errors import OracleError
 
@@ -40,7 +41,7 @@ def phi(tmp_path_factory: pytest.TempPathFactory) -> Any:
     torch.manual_seed(0)
     cfg = PhiConfig(vocab_size=49152, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                     num_attention_heads=4, max_position_embeddings=512, bos_token_id=1, eos_token_id=2)
-    return TorchReference(_save(tmp_path_factory.mktemp("tiny-phi"), PhiForCausalLM(cfg)), "tiny-phi", threads=1)
+    return TorchReference(_save(tmp_path_factory.mktemp("tiny-phi"), PhiForCausalLM(cfg)), fake_pin("tiny-phi"), threads=1)
 
 
 def test_phi_final_layernorm_is_hooked(phi: Any) -> None:
@@ -72,7 +73,7 @@ def test_opt_is_refused_in_one_line(tmp_path: Path) -> None:
     cfg = OPTConfig(vocab_size=49152, hidden_size=64, ffn_dim=128, num_hidden_layers=2, word_embed_proj_dim=64,
                     num_attention_heads=4, max_position_embeddings=512, bos_token_id=1, eos_token_id=2)
     with pytest.raises(OracleError) as info:
-        TorchReference(_save(tmp_path, OPTForCausalLM(cfg)), "tiny-opt", threads=1)
+        TorchReference(_save(tmp_path, OPTForCausalLM(cfg)), fake_pin("tiny-opt"), threads=1)
     assert str(info.value) == ("the torch reference cannot hook pin tiny-opt (OPTForCausalLM, decoder OPTDecoder): it "
                                "adds learned position embeddings (embed_positions) after embed_tokens, so the "
                                "embedding tap would not be the residual stream entering layer 0")

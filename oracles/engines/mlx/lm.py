@@ -5,11 +5,8 @@ boundary. The KV cache is mlx-lm's list of per-layer ``KVCache`` objects; a snap
 of each layer's keys and values up to its offset (``KVCache.update_and_fetch`` writes into its buffers
 in place, so holding the mx arrays themselves would not be a snapshot).
 
-Config translation, recorded in :meth:`MlxPort.describe`: transformers 5 writes the RoPE base as
-``rope_parameters: {"rope_theta": ...}``, and mlx-lm 0.32's Llama ``ModelArgs`` reads only the
-top-level ``rope_theta`` and otherwise defaults to 10,000. Loaded as is, SmolLM2 (base 100,000) runs
-with the wrong rotary frequencies (measured on "ping": max |Δlogit| 9.96, argmax agreement 84%), so
-the adapter passes ``rope_theta`` (and a non-default ``rope_scaling``) through mlx-lm's own
+Config translation (:mod:`oracles.engines.mlx.config`), recorded in :meth:`MlxPort.describe`: what
+mlx-lm needs to read a transformers config as transformers does, through mlx-lm's own
 ``model_config`` override.
 
 mlx and mlx-lm are imported when the engine is built (``mx`` is a lazy module), so the registry can
@@ -18,21 +15,23 @@ import this file and ask :meth:`MlxPort.unavailable_reason` on a machine without
 
 from __future__ import annotations
 
-import functools
 import importlib
-import importlib.metadata
 import importlib.util
 import json
 import platform
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
 from oracles.engines.base import Engine, Generation, Prompt, Sampler, Step, check_forward_length, hub_offline, pinned_config
 from oracles.engines.mlx import hybrid as mlx_hybrid
 from oracles.engines.mlx.cohort import MlxCohort, flat_parameters
+from oracles.engines.mlx.config import missing_model_module, rope_overrides
+
+if TYPE_CHECKING:
+    from oracles.pins.pin import Pin
 
 
 class _LazyModule:
@@ -47,78 +46,6 @@ class _LazyModule:
 
 
 mx: Any = _LazyModule("mlx.core")
-
-
-def rope_overrides(config: dict[str, Any]) -> dict[str, Any]:
-    """mlx-lm ``model_config`` entries that carry a transformers-5 ``rope_parameters`` block over.
-
-    Returns ``{}`` when the config already has a top-level ``rope_theta`` or no ``rope_parameters``.
-    """
-    params = config.get("rope_parameters")
-    if "rope_theta" in config or not isinstance(params, dict) or "rope_theta" not in params:
-        return {}
-    out: dict[str, Any] = {"rope_theta": float(params["rope_theta"])}
-    if params.get("rope_type", "default") != "default":
-        out["rope_scaling"] = dict(params)
-    return out
-
-
-def missing_model_module(config: dict[str, Any], package: Path | None = None) -> str | None:
-    """Why mlx-lm (installed at ``package``, default the one importable here) has no model module for
-    this config.json, else None; None too when that cannot be told without importing mlx.
-
-    Follows mlx-lm's ``utils._get_classes``: ``MODEL_ARCHITECTURE_REMAPPING`` by (model_type,
-    architecture), else ``MODEL_REMAPPING``, then ``mlx_lm.models.<type>``. The tables are read from
-    ``utils.py``'s source (importing it imports mlx), and the module is looked for as a file.
-    """
-    if package is None:
-        spec = importlib.util.find_spec("mlx_lm")
-        if spec is None or not spec.submodule_search_locations:
-            return None
-        package = Path(list(spec.submodule_search_locations)[0])
-    model_type = config.get("model_type")
-    if not isinstance(model_type, str) or not model_type:
-        return "its config.json has no model_type"
-    remap, arch_remap = _remappings(package / "utils.py")
-    archs = config.get("architectures") or ()
-    archs = (archs,) if isinstance(archs, str) else archs
-    resolved = next((arch_remap[(model_type, a)] for a in archs if (model_type, a) in arch_remap),
-                    remap.get(model_type, model_type))
-    models = package / "models"
-    if (models / f"{resolved}.py").is_file() or (models / resolved / "__init__.py").is_file():
-        return None
-    via = f" (mapped to {resolved!r})" if resolved != model_type else ""
-    return (f"model_type {model_type!r}{via} has no model module in mlx-lm {_version('mlx-lm')} "
-            f"(no {models.name}/{resolved}.py)")
-
-
-@functools.lru_cache(maxsize=4)
-def _remappings(utils: Path) -> tuple[dict[str, str], dict[tuple[str, str], str]]:
-    """mlx-lm's ``MODEL_REMAPPING`` and ``MODEL_ARCHITECTURE_REMAPPING`` literals, empty where unreadable."""
-    import ast
-
-    found: dict[str, Any] = {}
-    try:
-        tree = ast.parse(utils.read_text())
-    except (OSError, SyntaxError, ValueError):
-        return {}, {}
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            name = node.targets[0].id
-            if name in ("MODEL_REMAPPING", "MODEL_ARCHITECTURE_REMAPPING"):
-                try:
-                    found[name] = ast.literal_eval(node.value)
-                except ValueError:
-                    pass
-    remap, arch = found.get("MODEL_REMAPPING", {}), found.get("MODEL_ARCHITECTURE_REMAPPING", {})
-    return (remap if isinstance(remap, dict) else {}), (arch if isinstance(arch, dict) else {})
-
-
-def _version(dist: str) -> str:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return "?"
 
 
 class _LayerTap:
@@ -142,7 +69,7 @@ class MlxPort(MlxCohort):
 
     Args:
         root: the snapshot folder (config, safetensors weights, tokenizer, chat template).
-        pin: the pin name.
+        pin: the loaded pin (its name is :attr:`pin`).
         threads: unused (MLX's CPU backend picks its own threads); recorded by :meth:`describe`.
 
     Raises:
@@ -176,7 +103,7 @@ class MlxPort(MlxCohort):
             return f"mlx-lm cannot load pin {pin.name} ({pin.model_class}): {missing}"
         return None
 
-    def __init__(self, root: Path, pin: str, threads: int = 0) -> None:
+    def __init__(self, root: Path, pin: Pin, threads: int = 0) -> None:
         super().__init__(root, pin, threads)
         hub_offline()
         import mlx_lm
@@ -189,7 +116,7 @@ class MlxPort(MlxCohort):
         self.model, self.tokenizer = loaded[0], loaded[1]
         dtypes = {str(v.dtype) for _, v in flat_parameters(self.model)}
         if dtypes != {"mlx.core.float32"}:
-            raise TypeError(f"mlx port of {pin}: parameters are {sorted(dtypes)}, not float32 only")
+            raise TypeError(f"mlx port of {self.pin}: parameters are {sorted(dtypes)}, not float32 only")
         args = self.model.args
         text = getattr(args, "text_config", None)
         text = text if isinstance(text, dict) else vars(args)

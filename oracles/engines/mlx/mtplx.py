@@ -17,12 +17,15 @@ import importlib.util
 import platform
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
 from oracles.engines.base import Engine, Generation, Prompt, Sampler
 from oracles.engines.mlx.lm import MlxPort
+
+if TYPE_CHECKING:
+    from oracles.pins.pin import Pin
 
 
 class MtplxPort(MlxPort):
@@ -38,7 +41,7 @@ class MtplxPort(MlxPort):
             return "mtplx is not installed"
         return super().unavailable_reason()
 
-    def __init__(self, root: Path, pin: str, threads: int = 0) -> None:
+    def __init__(self, root: Path, pin: Pin, threads: int = 0) -> None:
         import mtplx  # noqa: F401  (the registry checked the platform; fail here, loudly, if it is missing)
         from mtplx.runtime import MTPLXRuntime
 

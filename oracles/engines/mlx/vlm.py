@@ -38,12 +38,15 @@ import importlib.util
 import json
 import platform
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
 from oracles.engines.base import Engine, Prompt, as_prompt, check_forward_length, hub_offline
 from oracles.engines.vision import MediaRun, VisionSpec, VisionStep, check_pads, split_rows
+
+if TYPE_CHECKING:
+    from oracles.pins.pin import Pin
 
 #: The rope_parameters keys mlx-vlm's Qwen3.5 ``TextConfig`` requires.
 MLX_VLM_ROPE_KEYS = ("mrope_section", "rope_theta", "partial_rotary_factor")
@@ -109,13 +112,13 @@ class MlxVlmPort(Engine):
                     f"layer_types {text['layer_types']} differ from that rule")
         return None
 
-    def __init__(self, root: Path, pin: str, threads: int = 0) -> None:
+    def __init__(self, root: Path, pin: Pin, threads: int = 0) -> None:
         super().__init__(root, pin, threads)
         hub_offline()
         config = json.loads((self.root / "config.json").read_text())
         reason = self.unsupported_config(config)
         if reason:
-            raise self._unsupported(f"load pin {pin}", reason)
+            raise self._unsupported(f"load pin {self.pin}", reason)
         import mlx.core as mx
         import mlx_vlm
         from mlx_vlm.utils import load
@@ -126,7 +129,7 @@ class MlxVlmPort(Engine):
         self.model, self.processor = load(str(self.root))
         dtypes = {str(v.dtype) for _, v in flat_parameters(self.model)}
         if dtypes != {"mlx.core.float32"}:
-            raise TypeError(f"mlx-vlm port of {pin}: parameters are {sorted(dtypes)}, not float32 only")
+            raise TypeError(f"mlx-vlm port of {self.pin}: parameters are {sorted(dtypes)}, not float32 only")
         video_cfg = self.root / "video_preprocessor_config.json"
         self.spec = VisionSpec.from_config(config, json.loads(video_cfg.read_text()) if video_cfg.is_file() else None)
         text = config["text_config"]

@@ -14,13 +14,16 @@ import functools
 import importlib.util
 import time
 from pathlib import Path
-from typing import Any, Callable, ClassVar, ParamSpec, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, ParamSpec, Sequence, TypeVar
 
 import numpy as np
 
 from oracles.engines.base import Engine, Generation, Prompt, Sampler, Step, check_forward_length, hub_offline
 from oracles.engines.torch.cohort import TorchCohort
 from oracles.engines.torch.device import to_f4
+
+if TYPE_CHECKING:
+    from oracles.pins.pin import Pin
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -88,7 +91,7 @@ class TorchReference(TorchCohort):
 
     Args:
         root: the snapshot folder (config, weights, tokenizer, chat template).
-        pin: the pin name, recorded with every figure.
+        pin: the loaded pin (its name, :attr:`pin`, is recorded with every figure).
         threads: ``torch.set_num_threads`` value; 0 leaves torch's default.
         device: ``"cpu"`` (the default, :attr:`device`), ``"cuda"`` or ``"mps"`` (``--reference-device``;
             float32 with TF32 off on CUDA: :mod:`oracles.engines.torch.cuda`).
@@ -121,7 +124,7 @@ class TorchReference(TorchCohort):
                     f"pin {pin.name} is {pin.model_class}")
         return None
 
-    def __init__(self, root: Path, pin: str, threads: int = 0, device: str | None = None) -> None:
+    def __init__(self, root: Path, pin: Pin, threads: int = 0, device: str | None = None) -> None:
         super().__init__(root, pin, threads)
         hub_offline()
         import torch
@@ -145,7 +148,7 @@ class TorchReference(TorchCohort):
         self.eos_token_ids = frozenset(_as_list(self.model.generation_config.eos_token_id or cfg.eos_token_id))
         self.tied = bool(getattr(cfg, "tie_word_embeddings", False))
         self._decoder = self.model.get_decoder()
-        self._norm = decoder_norm(self._decoder, pin, type(self.model).__name__)
+        self._norm = decoder_norm(self._decoder, self.pin, type(self.model).__name__)
         self._captured: list[Any] = []
         self._layer_rows: list[Any] | None = None  # set while a layers=True forward runs
         self._norm.register_forward_hook(lambda _m, _i, out: self._captured.append(out))

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 #: port runs the twin's rows in ~40 ms each here).
 CLEF_SAMPLE_TOKENS = 256
 #: The two runs whose every residual-stream layer ``[L + 1, T, D]`` goes into the npz sidecar (one text,
-#: one image, as the seed chose).
+#: one image, as the clef reference program chose).
 STREAM_RUNS = (("txt_count", "text", "circles"), ("img_circle", "g128", "red"))
 
 Key = tuple[str, str, str]

@@ -1,4 +1,5 @@
-"""The cohort family's grow-and-anchor phase and its snapshot/restore proof (the seed's benchmark anchor).
+"""The cohort family's grow-and-anchor phase and its snapshot/restore proof (the DeepSeek-V4 decode proof's
+benchmark anchor).
 
 After the parity span (:func:`oracles.families.cohort.run.run_parity`), every serial and cohort cache is
 grown to ``spec.capacity`` (``engine.grow``: a new cache object, valid rows kept) and extended with its
@@ -6,7 +7,7 @@ lane's extension tokens to ``spec.anchor`` positions. There:
 
 1. the serial caches and the un-permuted cohort caches are compared buffer by buffer;
 2. every cache is snapshotted; each live cache's per-buffer digests equal its snapshot's;
-3. one transaction (a serial step and a cohort step of the seed's step ``steps + 1`` tokens) is compared
+3. one transaction (a serial step and a cohort step of the proof's step ``steps + 1`` tokens) is compared
    as every span step was;
 4. the snapshots' digests are unchanged after it; ``restore`` gives caches whose per-buffer digests
    equal the snapshot's, and so does growing them again to the capacity;
@@ -140,7 +141,7 @@ def run_anchor(engine: Engine, spec: CohortSpec, serial: Sequence[Any], cohort: 
     for side in SIDES:
         failures["live_vs_snapshot"] += _differ(f"{side} live vs its snapshot", SIDES[side], digests[side],
                                                 [live_digests(engine, c) for c in live[side]])
-    tokens = supplied_tokens(spec.steps + 1, int(engine.vocab_size))  # the seed's anchor step tokens
+    tokens = supplied_tokens(spec.steps + 1, int(engine.vocab_size))  # the proof's anchor step tokens
     positions = [int(engine.cache_length(c)) for c in live["serial"]]
     ser, coh = transaction(engine, live, tokens)
     tally = Tally()

@@ -2,7 +2,7 @@
 ``decode_cohort`` of B lanes) at the anchor, every trial from the anchor snapshots. Timing only: no
 assertion here (the suite checks that every trial did the proven transaction).
 
-Protocol (the seed's): a warm-up of each arm, then ``pairs`` pairs alternating which arm goes first
+Protocol (the DeepSeek-V4 decode proof's benchmark): a warm-up of each arm, then ``pairs`` pairs alternating which arm goes first
 (serial first on even pairs, cohort first on odd), each trial on caches restored from the snapshots
 and grown to the run's capacity (untimed); then the conditioned protocol, in which every measured
 trial follows an untimed prime of the same arm from the snapshots (so no trial inherits the other
@@ -24,7 +24,7 @@ from oracles.engines.base import Engine, digest_buffers
 from oracles.families.cohort.anchor import SIDES, AnchorRun
 from oracles.families.cohort.run import PHYSICAL_TO_LOGICAL
 
-#: Pairs of trials per protocol (the seed's 20).
+#: Pairs of trials per protocol (the DeepSeek-V4 decode proof's benchmark runs 20).
 PAIRS = 20
 ARMS = ("serial", "cohort")
 

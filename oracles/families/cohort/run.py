@@ -1,8 +1,8 @@
 """The cohort family's runs: four lanes decoded one at a time (serial, in logical order) and as one
 batch whose rows hold the lanes in another order (the cohort), compared at every step, every lane,
-every cache buffer; the seed's DeepSeek-V4 B=4 proof on any pin and engine.
+every cache buffer; the DeepSeek-V4 B=4 decode cohort proof on any pin and engine.
 
-Every run is teacher-forced: the tokens come from the seed's deterministic formulas (distinct for each
+Every run is teacher-forced: the tokens come from the DeepSeek-V4 decode proof's deterministic formulas (distinct for each
 lane at each step), so serial and cohort read the same ids whatever their logits. All caches of a run
 are restored from one prefill snapshot per logical lane. In lockstep, at each step:
 
@@ -34,7 +34,7 @@ from oracles.checks.cohort import LaneState, Mismatch, Tally, compare_cohort, co
 from oracles.engines.base import Engine
 
 LANES = 4
-#: Physical row p of every batch holds logical lane MAP[p] (the seed's map): every lane moves, so a
+#: Physical row p of every batch holds logical lane MAP[p] (the DeepSeek-V4 decode proof's lane map): every lane moves, so a
 #: comparison that forgot to un-permute, or un-permuted twice, compares two different lanes.
 PHYSICAL_TO_LOGICAL = (2, 0, 3, 1)
 IDENTITY = tuple(range(LANES))
@@ -45,13 +45,13 @@ TWIN, TWIN_SOURCE = 0, 2
 
 
 def prefix_tokens(logical: int, length: int, vocab: int) -> list[int]:
-    """The seed's prefix formula ``(row * 97 + lane * 193 + 11) mod vocab`` (the seed reduces mod its
-    120,000-id range; here mod the model's vocabulary)."""
+    """The DeepSeek-V4 decode proof's prefix formula ``(row * 97 + lane * 193 + 11) mod vocab`` (the
+    proof reduces mod its 120,000-id range; here mod the model's vocabulary)."""
     return [(row * 97 + logical * 193 + 11) % vocab for row in range(length)]
 
 
 def supplied_tokens(step: int, vocab: int) -> list[int]:
-    """The seed's per-step tokens, logical order: ``(step * 389 + lane * 7919 + 17) mod vocab``."""
+    """The DeepSeek-V4 decode proof's per-step tokens, logical order: ``(step * 389 + lane * 7919 + 17) mod vocab``."""
     return [(step * 389 + lane * 7919 + 17) % vocab for lane in range(LANES)]
 
 
@@ -61,7 +61,8 @@ def other_tokens(step: int, vocab: int) -> list[int]:
 
 
 def extension_tokens(logical: int, start: int, stop: int, vocab: int) -> list[int]:
-    """The seed's anchor extension of positions ``start .. stop-1``: ``(pos * 521 + lane * 7919 + 29) mod vocab``."""
+    """The DeepSeek-V4 decode proof's anchor extension of positions ``start .. stop-1``:
+    ``(pos * 521 + lane * 7919 + 29) mod vocab``."""
     return [(pos * 521 + logical * 7919 + 29) % vocab for pos in range(start, stop)]
 
 
@@ -104,9 +105,9 @@ class CohortSpec:
                 "physical_to_logical": list(PHYSICAL_TO_LOGICAL), "twin": [TWIN, TWIN_SOURCE]}
 
 
-#: The proof: >= 130 steps (the seed's 132) from prompts of 33-54 tokens (lane 3 the longest, so the
+#: The proof: >= 130 steps (the DeepSeek-V4 decode proof's 132) from prompts of 33-54 tokens (lane 3 the longest, so the
 #: twin run keeps the batch width); twin and isolation runs 16 steps; anchor 384, about twice the span's
-#: 186 positions (the seed's is 24x, but a SmolLM2-135M torch prefill here runs ~170 tokens/s and 8
+#: 186 positions (the DeepSeek-V4 decode proof's is 24x, but a SmolLM2-135M torch prefill here runs ~170 tokens/s and 8
 #: caches are extended); capacity anchor + 64 (MLX rounds it up to 512, two KVCache steps).
 FULL = CohortSpec(prefix=(40, 47, 33, 54), steps=132, isolation_steps=16, anchor=384, capacity=448, scope="full")
 #: A port too slow for FULL inside ``make test`` (MLX on SmolLM2-135M here: ~0.55 s a step of 4 lanes,

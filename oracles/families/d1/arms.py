@@ -5,7 +5,8 @@
 A candidate perturbs one question of a base record: a *word flip* changes one word of the state, a
 *state swap* puts the question over another record's state. Each candidate's row and its base's row
 run on the reference engine (torch, default pin); the move is ``max_g |p_arm - p_base|``. A candidate
-that moves some option by more than ``d1.RED_ARM_MIN`` (0.02) is adopted as a control (``arms``); one
+that moves some option by more than the engine's ``red_arm_min`` (0.02 in float32:
+:mod:`oracles.checks.tolerance`) is adopted as a control (``arms``); one
 that moves less is not a control: it is listed under ``not_adopted`` with its figure, and added to
 ``requests.json`` as a plain record with its own gold answer (then run ``oracles records d1``).
 The file is refused if it exists (a measurement is evidence, never overwritten).
@@ -60,6 +61,7 @@ def measure(engine: Engine) -> dict[str, Any]:
 
     by_id = {r.id: r for r in d1.load_requests()}
     rows = {(r["id"], r["qid"]): r for r in d1.rows_doc(engine.pin)["rows"]}
+    least = engine.tolerance().red_arm_min
     adopted: list[dict[str, Any]] = []
     not_adopted: list[dict[str, Any]] = []
     for arm_id, kind, base_id, qid, change, gold in CANDIDATES:
@@ -71,15 +73,15 @@ def measure(engine: Engine) -> dict[str, Any]:
         p_arm = row_pass(engine, engine.chat_ids(d1.row_messages(req["state"], q)), groups).probs
         dp = max_abs_dp(p_arm, p_base)
         entry = {"id": arm_id, "kind": kind, "base_id": base_id, "question": qid, "change": change, "request": req,
-                 "sha256": canonical_sha256(req), "base_sha256": base.sha256, "adopted": dp > d1.RED_ARM_MIN,
+                 "sha256": canonical_sha256(req), "base_sha256": base.sha256, "adopted": dp > least,
                  "measured": {"max_abs_dp": dp, "probs_base": p_base, "probs_arm": p_arm, "keys": list(q.keys),
                               "argmax_base": q.keys[argmax(p_base)], "argmax_arm": q.keys[argmax(p_arm)],
                               "engine": engine.id, "pin": engine.pin, "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}}
         (adopted if entry["adopted"] else not_adopted).append(entry | ({} if entry["adopted"] else {"plain_record_gold": gold}))
         print(json.dumps({"arm": arm_id, "max_abs_dp": round(dp, 6), "adopted": entry["adopted"]}), flush=True)
-    return {"family": "d1", "rule": f"adopted as a control when max_g |p_arm - p_base| > {d1.RED_ARM_MIN} on the reference "
+    return {"family": "d1", "rule": f"adopted as a control when max_g |p_arm - p_base| > {least} on the reference "
                                     "(row path, default pin); a smaller move stays a plain record in requests.json",
-            "threshold": d1.RED_ARM_MIN, "measured_with": {"engine": engine.id, "pin": engine.pin,
+            "threshold": least, "measured_with": {"engine": engine.id, "pin": engine.pin,
                                                            "python": platform.python_version(),
                                                            "describe": engine.describe() if hasattr(engine, "describe") else {}},
             "arms": adopted, "not_adopted": not_adopted}
@@ -87,7 +89,8 @@ def measure(engine: Engine) -> dict[str, Any]:
 
 def main() -> int:
     from oracles.engines.torch.reference import TorchReference
-    from oracles.pins.pin import DEFAULT_PIN, load_pin, snapshot_dir, verify_snapshot
+    from oracles.families import DEFAULT_PIN
+    from oracles.pins.pin import load_pin, snapshot_dir, verify_snapshot
 
     if d1.RED_ARMS.exists():
         print(f"{d1.RED_ARMS} exists: measurements are never overwritten", file=sys.stderr)
@@ -95,7 +98,7 @@ def main() -> int:
     pin = load_pin(DEFAULT_PIN)
     root = snapshot_dir(pin)
     verify_snapshot(pin, root)
-    doc = measure(TorchReference(root, pin.name))
+    doc = measure(TorchReference(root, pin))
     d1.RED_ARMS.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
     print(f"wrote {d1.RED_ARMS}: {len(doc['arms'])} adopted, {len(doc['not_adopted'])} not adopted")
     return 0

@@ -47,7 +47,7 @@ D1 = RECORDS / "d1"
 REQUESTS = D1 / "requests.json"
 RED_ARMS = D1 / "red_arms.json"
 #: Length buckets of a state, in tokens of the state text alone (a state of n tokens falls in the
-#: smallest bucket >= n); the seed's contract buckets.
+#: smallest bucket >= n); the d1 read-out program's contract buckets.
 BUCKETS = (64, 128, 256, 512, 1024, 2048, 4096)
 TYPES = ("noul", "choice", "score")
 QUESTION_MARK = "\n\nQuestion:"
@@ -56,10 +56,6 @@ INSTRUCTIONS = {
     "choice": "Answer with one of these options only: {options}.",
     "score": "Answer with one whole number from {min} to {max} only.",
 }
-#: A near tie: the top-2 probability gap of a question is at most this (the seed's threshold).
-NEAR_TIE = 0.02
-#: A red arm is adopted as a control only when it moves some option's probability by more than this.
-RED_ARM_MIN = 0.02
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
+from oracles.checks.tolerance import FLOAT32, Tolerance
 from oracles.errors import OracleError
 
 if TYPE_CHECKING:
@@ -61,24 +62,27 @@ def capture(engine: Localisable, ids: Sequence[int]) -> dict[str, Any]:
     return {"stream": step.layers, "hidden": step.hidden, "logits": step.logits}
 
 
-def localise(reference: Localisable, port: Localisable, ids: Sequence[int], record: str) -> dict[str, Any]:
+def localise(reference: Localisable, port: Localisable, ids: Sequence[int], record: str, *,
+             tolerance: Tolerance = FLOAT32) -> dict[str, Any]:
     """Both engines on ``ids``; the JSON-safe report: every stage, the named one (``divergent``, or
     None), attention vs MLP inside it where both sides tap them, or ``cannot_localise`` naming the
-    engine without layer states (then no stages)."""
+    engine without layer states (then no stages). The budgets are ``tolerance``'s (the port's own, from
+    the caller), named with its margin under ``tolerance``."""
     from oracles.checks.bisect import first_divergent, inside_layer, stages
 
     report: dict[str, Any] = {"pin": reference.pin, "record": record, "reference": reference.id, "port": port.id,
-                              "tokens": len(ids), "stages": [], "divergent": None, "inside": None, "cannot_localise": None}
+                              "tokens": len(ids), "stages": [], "divergent": None, "inside": None, "cannot_localise": None,
+                              "tolerance": {"name": tolerance.name, "margin": tolerance.bisect_margin}}
     try:
         ref, got = capture(reference, ids), capture(port, ids)
     except CannotLocalise as exc:
         report["cannot_localise"] = {"engine": exc.engine, "why": exc.why}
         return report
-    found = stages(ref, got)
+    found = stages(ref, got, tolerance=tolerance)
     report["stages"] = [s.to_json() for s in found]
     i = first_divergent(found)
     if i is not None:
         report["divergent"] = found[i].name
         if found[i].name.startswith("layer ") and "attn" in ref and "attn" in got:
-            report["inside"] = inside_layer(int(found[i].name.split()[1]), ref, got)
+            report["inside"] = inside_layer(int(found[i].name.split()[1]), ref, got, tolerance=tolerance)
     return report

@@ -52,7 +52,7 @@ WINDOW_ORACLE = "speculative past a KV window"
 WINDOW_MAX_NEW_TOKENS = 24
 
 GREEDY = Sampler()
-#: The seed's sampled setting: temperature 0.6, top-p 0.95, top-k 20, seed 0.
+#: The MTPLX execution reference's sampled setting: temperature 0.6, top-p 0.95, top-k 20, seed 0.
 SAMPLED = Sampler(temperature=0.6, top_p=0.95, top_k=20, seed=0)
 SAMPLERS = {"greedy": GREEDY, "sampled": SAMPLED}
 
@@ -91,7 +91,7 @@ def draft_engine(engines: Engines, engine: Engine, draft: str) -> Engine:
         return engine
     from oracles.pins.pin import load_pin
 
-    if load_pin(DRAFT_PIN).tokenizer_sha256 != load_pin(engine.pin).tokenizer_sha256:
+    if load_pin(DRAFT_PIN).tokenizer_sha256 != engine.pin_file.tokenizer_sha256:
         raise Unsupported(engine.id, f"draft with {DRAFT_PIN} on pin {engine.pin}",
                           "the draft's tokenizer differs from the pin's")
     return engines(engine.id, DRAFT_PIN)
