@@ -54,11 +54,8 @@ def test_one_pin_object_per_session(pytester: pytest.Pytester, monkeypatch: pyte
     monkeypatch.setenv("ORACLES_HOME", HOME)
     pytester.syspathinsert()
     pytester.makepyfile(light_engine=ENGINE, test_pins=SUITE)
-    oracles.engines.forget()  # the registry was resolved without "light"
-    try:
-        result = pytester.runpytest("--no-receipt", "--reference", "light", "--port", "none", "--pin", PIN, "-v")
-    finally:
-        oracles.engines.forget()  # resolved again, lazily, once monkeypatch has put BUILTIN back
+    # each session builds its own engine Registry from BUILTIN, so the inner run sees "light"
+    result = pytester.runpytest("--no-receipt", "--reference", "light", "--port", "none", "--pin", PIN, "-v")
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines([f"*test_engine_gets_the_session_pin*{PIN}* PASSED*",
                                  f"*test_a_later_test_gets_the_same_object*{PIN}* PASSED*"])
