@@ -17,7 +17,8 @@ from oracles.faults import kinds
 from oracles.faults.port import FaultPort
 from oracles.faults.window import SlidingWindow, WindowOffByOne
 
-#: Every fault kind of the panel, in the issue's order.
+#: Every fault kind of the panel, in the detection matrix's row order: the RoPE and attention layout first,
+#: then norms and head, cache positions and trimming, batching, precision, the window, the MLP.
 FAULTS: dict[str, type[kinds.Fault]] = {cls.name: cls for cls in (
     kinds.RopeBaseDefault, kinds.QkInterleaved, kinds.RmsEps, kinds.FinalNormSkipped, kinds.UntiedHeadRow,
     kinds.DecodePositionOffByOne, kinds.TrimKeepsStaleRow, kinds.CohortSeesPadding, kinds.Bf16PerLayer,

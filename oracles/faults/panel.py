@@ -53,9 +53,9 @@ CHAT = ChatRecord(f"{_BRIEF.id}[:{CHAT_TURNS}]", _BRIEF.turns[:CHAT_TURNS], CHAT
                   canonical_sha256(chat_request(list(_BRIEF.turns[:CHAT_TURNS]), CHAT_CAP)))
 #: d1: the smallest tree request (bucket 64, rows of 77 and 76 ids sharing a 50-id trunk).
 D1_REQUEST = "fact_water"
-#: The cohort's lanes, as the decode cohort test cuts them from "arith": 24, 21 and 11 ids, so two
-#: lanes are left-padded (by 3 and 13) in every step; 4 greedy steps (an unmasked pad moves the padded
-#: lanes by 2 to 6 logits from step 0 on: tests/oracles/test_cohort_decode.py).
+#: The cohort's lanes, three cuts of the "arith" record of 24, 21 and 11 ids, so two lanes are
+#: left-padded (by 3 and 13) in every step; 4 greedy steps (an unmasked pad, the cohort_sees_padding
+#: fault, moves the padded lanes by 2 to 6 logits from step 0 on).
 COHORT_SLICES = ((21, 45), (0, 21), (21, 32))
 COHORT_STEPS = 4
 

@@ -183,21 +183,21 @@ class EngineLoader:
 
         cannot = f"engine {cls.id} cannot load pin {pin.name}"
         if (abstract := abstract_refusal(cls)) is not None:
-            return f"{cannot}: {abstract}; tried once this session"
+            return f"{cannot}: {abstract}; tried once per run"
         start = time.perf_counter()
         try:
             engine = cls(root, pin, self.threads, **self.engine_kwargs(cls.id))
         except Exception as exc:  # noqa: BLE001 - any load error, kept as one line for every test of the pair
             where = "" if isinstance(exc, OracleError) else f" (raised at {_raised_at(exc)})"
-            return f"{cannot}: {_one_line(exc)}{where}; tried once this session"
+            return f"{cannot}: {_one_line(exc)}{where}; tried once per run"
         seconds = time.perf_counter() - start
         if (broken := contract_refusal(engine, pin.modality != "text")) is not None:
-            return f"{cannot}: {broken}; tried once this session"
+            return f"{cannot}: {broken}; tried once per run"
         try:
             refusal = self.tokenizer_refusal(engine, root, pin)
         except Exception as exc:  # noqa: BLE001 - the engine's own tokenizer failing, one line as above
             return (f"{cannot}: its tokenizer's encode(text, add_special_tokens=False) "
-                    f"raised {_one_line(exc)} (at {_raised_at(exc)}); tried once this session")
+                    f"raised {_one_line(exc)} (at {_raised_at(exc)}); tried once per run")
         if refusal is not None:
             return refusal
         install_checks(engine)

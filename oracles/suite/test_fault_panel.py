@@ -23,7 +23,7 @@ from oracles.receipts.table import Receipt
 
 pytestmark = [pytest.mark.faults, pytest.mark.port, pytest.mark.slow]
 
-#: The control first, then the faults in the issue's order (the matrix's row order).
+#: The control first, then the faults in :data:`oracles.faults.FAULTS`' order (the matrix's row order).
 NAMES = (CONTROL, *FAULTS)
 
 

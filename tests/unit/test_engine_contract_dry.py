@@ -145,7 +145,7 @@ def test_missing_max_context_fails_the_load_in_one_line(monkeypatch: pytest.Monk
     line = _fails_once(_loader(monkeypatch, NoMaxContext, events), "my-port")
     assert line.startswith(f"engine my-port cannot load pin {PIN}: test_engine_contract_dry.NoMaxContext breaks "
                            "the engine contract: max_context (oracles.engines.base.Engine requires id, pin, root, ")
-    assert line.endswith("; tried once this session")
+    assert line.endswith("; tried once per run")
     assert NoMaxContext.loads == 1 and events == []
 
 

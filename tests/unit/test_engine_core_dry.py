@@ -78,7 +78,7 @@ def test_engine_with_only_model_facts_is_refused_at_load_in_one_line(monkeypatch
     line = _refusal(loader, "facts")
     assert line == (f"engine facts cannot load pin {PIN}: test_engine_core_dry.Facts breaks the engine contract: "
                     "forward, make_cache, cache_length not implemented (oracles.engines.base.Engine requires the "
-                    "methods forward, make_cache, cache_length of every engine); tried once this session")
+                    "methods forward, make_cache, cache_length of every engine); tried once per run")
     assert _refusal(loader, "facts") == line and Facts.loads == 0  # refused before it is built, once
 
 

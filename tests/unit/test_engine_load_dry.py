@@ -138,7 +138,7 @@ def test_failed_load_is_tried_once_and_each_test_gets_one_line(monkeypatch: pyte
     assert len(set(messages)) == 1 and "\n" not in messages[0]
     assert messages[0].startswith("engine broken cannot load pin tiny-opt: ValueError: Model type opt not supported. "
                                   "(raised at unit/test_engine_load_dry.py:")
-    assert messages[0].endswith("; tried once this session")
+    assert messages[0].endswith("; tried once per run")
 
 
 def test_oracle_error_is_its_own_line_without_a_location(monkeypatch: pytest.MonkeyPatch) -> None:
