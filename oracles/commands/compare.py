@@ -6,8 +6,9 @@ generation, chat turns, d1 and clef read-outs), matched pin by pin by ``(kind, r
 another pin's port units instead (an fp32 pin against a converted one). No path or nodeid is in the
 key, so receipts from different machines compare, and one receipt that holds both engines compares
 with itself. Per match: ids equal, argmax agreement, max |Δlogit|, NMSE, KL(ref‖port), first
-divergent token; read-outs add max |Δp| and whether the answer agrees. The thresholds are those of
-:mod:`oracles.checks.port`, held on the rows the family's port test holds (:func:`oracles.receipts.compare.held_rows`):
+divergent token; read-outs add max |Δp| and whether the answer agrees. The thresholds are
+:data:`oracles.checks.tolerance.FLOAT32`, held on the rows the family's port test holds
+(:func:`oracles.receipts.compare.held_rows`):
 every prompt position of a prefill or a clef row (text and picture tokens, beside its read-out), a d1
 read-out's slot, a greedy decode's or generation's steps through the first divergent token, a sampled
 generation's first step (its tokens are recorded, not held), so a unit passes here

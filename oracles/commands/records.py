@@ -63,14 +63,23 @@ def build(family: str, pin: Any, root: Path) -> dict[str, Any]:
 
 
 def _build(family: str, pin: Any, root: Path) -> dict[str, Any]:
+    """The token-id document of the records set ``family`` (a :attr:`Family.tokens` name) for ``pin``.
+
+    Raises:
+        PinError: a records set with no builder here (named, with the ones there are).
+    """
     if family == "d1":
         from oracles.families.d1.rows import current_rows
 
         return current_rows(root, pin.name, pin.tokenizer_sha256)
-    from oracles.families.execution.prompts import build_tokens
-    from oracles.pins.tokenizer import load_tokenizer
+    if family == "mtplx":
+        from oracles.families.execution.prompts import build_tokens
+        from oracles.pins.tokenizer import load_tokenizer
 
-    return build_tokens(pin.name, pin.tokenizer_sha256, load_tokenizer(root).chat_ids)
+        return build_tokens(pin.name, pin.tokenizer_sha256, load_tokenizer(root).chat_ids)
+    from oracles.errors import PinError
+
+    raise PinError(f"oracles records {family}: no token builder for records set {family!r}; built here: d1, mtplx")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from oracles.engines.base import Engine
 from oracles.faults import CONTROL, FAULTS, VARIANTS, FaultPort, fault_port, reference_for
 from oracles.faults.matrix import run_checks
-from oracles.faults.panel import DRAFT_PIN, FAMILIES, PING, d1_inputs, family_runner
+from oracles.faults.panel import DRAFT_PIN, PANEL_RUNS, PING, d1_inputs, family_runner
 
 if TYPE_CHECKING:
     from oracles.plugin.fixtures import Engines, Runs
@@ -65,8 +65,8 @@ def detect(runs: Runs, engines: Engines, reference_id: str, pin: str, fault: str
         return engines(reference_id, DRAFT_PIN)
 
     touches = None if fault == CONTROL else FAULTS[fault].touches
-    touched = FAMILIES if touches is None else touches
-    ref_runs = family_runs(runs, reference, pin, FAMILIES, draft)
+    touched = PANEL_RUNS if touches is None else touches
+    ref_runs = family_runs(runs, reference, pin, PANEL_RUNS, draft)
     port_runs = family_runs(runs, port, pin, tuple(touched), draft)
     checks = runs(("faults-checks", pin, fault),
                   lambda: run_checks(ref_runs, port_runs, {q: r["keys"] for q, r in d1_inputs(pin)[1].items()},

@@ -34,7 +34,8 @@ from oracles.families.execution.runs import CHATS, DRAFT_PIN, GENERATION, NUM_DR
 from oracles.families.execution.speculative import speculate
 from oracles.families.records import canonical_sha256
 
-FAMILIES = ("forward", "decode", "generation", "speculative", "chat", "d1", "cohort")
+#: The run paths the panel drives (not families: a family runs several of them).
+PANEL_RUNS = ("forward", "decode", "generation", "speculative", "chat", "d1", "cohort")
 
 #: The records, unbound: their token ids are the pin's (:meth:`PromptRecord.bind`).
 PING = next(p for p in load_prompts() if p.id == "ping")
@@ -139,7 +140,7 @@ def family_runner(family: str, engine: Engine, draft: Callable[[], Engine]) -> C
         return lambda: run_request(engine, *d1_inputs(pin))
     if family == "cohort":
         return lambda: run_cohort(engine, ARITH.bind(pin).ids, COHORT_SLICES, COHORT_STEPS)
-    raise KeyError(f"unknown family {family!r}; known: {', '.join(FAMILIES)}")
+    raise KeyError(f"unknown family {family!r}; known: {', '.join(PANEL_RUNS)}")
 
 
 __all__ = [
@@ -149,7 +150,7 @@ __all__ = [
     "COHORT_STEPS",
     "D1_REQUEST",
     "DRAFT_PIN",
-    "FAMILIES",
+    "PANEL_RUNS",
     "MAX_NEW_TOKENS",
     "PING",
     "RECOMPUTE_EVERY",

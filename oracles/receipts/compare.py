@@ -4,7 +4,8 @@ The units (:mod:`oracles.receipts.units`) of one engine are keyed by ``(kind, re
 comparison holds the reference engine's units against the port engine's pin by pin: on each pin the
 two receipts share, the units with the same ``(kind, request_sha256, unit)``; or, given a pair of
 pins (an fp32 pin against a converted one), the reference pin's against the port pin's. The
-thresholds are those of :mod:`oracles.checks.port`. Numpy only; ``oracles compare`` is the command.
+thresholds are :data:`oracles.checks.tolerance.FLOAT32` (a receipt records no port's own
+tolerance). Numpy only; ``oracles compare`` is the command.
 """
 
 from __future__ import annotations
