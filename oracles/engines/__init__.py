@@ -19,6 +19,7 @@ import importlib
 import importlib.metadata
 from typing import TYPE_CHECKING
 
+from oracles.active import Active
 from oracles.errors import OracleError
 
 if TYPE_CHECKING:
@@ -123,27 +124,17 @@ class Registry:
         return out
 
 
-#: The registries of the runs in progress, innermost last (:func:`entered`); a run nested in another
-#: (an in-process pytester session, the ``oracles`` command called from a test) sees its own.
-_RUNS: list[Registry] = []
-
-
-def entered(registry: Registry) -> None:
-    """Make ``registry`` the one the module functions answer from, until :func:`left`."""
-    _RUNS.append(registry)
-
-
-def left(registry: Registry) -> None:
-    """Undo :func:`entered` of ``registry`` (a run that ends); a registry not entered is ignored."""
-    for i in range(len(_RUNS) - 1, -1, -1):
-        if _RUNS[i] is registry:
-            del _RUNS[i]
-            return
+#: The engine registries of the runs in progress (:mod:`oracles.active`): a run nested in another sees its own.
+_RUNS: Active[Registry] = Active()
+#: Make a Registry the current one for a run, until :data:`left`.
+entered = _RUNS.enter
+#: Undo :data:`entered` (a run that ends).
+left = _RUNS.leave
 
 
 def current() -> Registry:
     """The registry of the run in progress, else a fresh one (entry points read now, nothing kept)."""
-    return _RUNS[-1] if _RUNS else Registry()
+    return _RUNS.current(Registry)
 
 
 def registry() -> dict[str, str]:

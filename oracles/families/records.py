@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Collection
 
+from oracles.active import Active
 from oracles.errors import FixtureError, TokensMissing
 from oracles.receipts.files import load_json
 
@@ -79,28 +80,18 @@ def _tokens_doc(path: Path, _mtime: int) -> dict[str, Any]:
 
 #: The built-in records alone: where token ids are looked up outside any run.
 BUILTIN_RECORDS = RecordStore((RECORDS,))
-#: The stores of the runs in progress, innermost last (:func:`entered`); a run nested in another (an
-#: in-process pytester session, the ``oracles`` command called from a test) sees its own.
-_RUNS: list[RecordStore] = []
-
-
-def entered(store: RecordStore) -> None:
-    """Make ``store`` the one token ids are read from by default, until :func:`left`."""
-    _RUNS.append(store)
-
-
-def left(store: RecordStore) -> None:
-    """Undo :func:`entered` of ``store`` (a run that ends); a store not entered is ignored."""
-    for i in range(len(_RUNS) - 1, -1, -1):
-        if _RUNS[i] is store:
-            del _RUNS[i]
-            return
+#: The record stores of the runs in progress (:mod:`oracles.active`): a run nested in another sees its own.
+_RUNS: Active[RecordStore] = Active()
+#: Make a RecordStore the current one for a run, until :data:`left`.
+entered = _RUNS.enter
+#: Undo :data:`entered` (a run that ends).
+left = _RUNS.leave
 
 
 def records_store() -> RecordStore:
     """The store of the run in progress (its project's records, then the built-in ones), else
     :data:`BUILTIN_RECORDS`."""
-    return _RUNS[-1] if _RUNS else BUILTIN_RECORDS
+    return _RUNS.current(lambda: BUILTIN_RECORDS)
 
 
 def family_tokens(family: str, pin_name: str, where: RecordStore | None = None,

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from oracles.active import Active
 from oracles.errors import PinError
 from oracles.families import DEFAULT_PIN  # noqa: F401 - re-exported: the families' default pin, defined once
 from oracles.receipts.files import load_json
@@ -177,28 +178,18 @@ class PinStore:
 
 #: The built-in pins alone: what a name is looked up in outside any run.
 BUILTIN_STORE = PinStore((BUILTIN_PINS,))
-#: The stores of the runs in progress, innermost last (:func:`entered`); a run nested in another (an
-#: in-process pytester session, the ``oracles`` command called from a test) sees its own.
-_RUNS: list[PinStore] = []
-
-
-def entered(where: PinStore) -> None:
-    """Make ``where`` the store names are looked up in by default, until :func:`left`."""
-    _RUNS.append(where)
-
-
-def left(where: PinStore) -> None:
-    """Undo :func:`entered` of ``where`` (a run that ends); a store not entered is ignored."""
-    for i in range(len(_RUNS) - 1, -1, -1):
-        if _RUNS[i] is where:
-            del _RUNS[i]
-            return
+#: The pin stores of the runs in progress (:mod:`oracles.active`): a run nested in another sees its own.
+_RUNS: Active[PinStore] = Active()
+#: Make a PinStore the current one for a run, until :data:`left`.
+entered = _RUNS.enter
+#: Undo :data:`entered` (a run that ends).
+left = _RUNS.leave
 
 
 def store() -> PinStore:
     """The store of the run in progress (its project's pins, then the built-in ones), else
     :data:`BUILTIN_STORE`."""
-    return _RUNS[-1] if _RUNS else BUILTIN_STORE
+    return _RUNS.current(lambda: BUILTIN_STORE)
 
 
 def available_pins() -> list[str]:

@@ -23,7 +23,7 @@ import pytest
 
 import oracles.families as families
 from oracles.pins.project import DEFAULTS, PINS_KEY, RECORDS_KEY
-from oracles.plugin.fixtures import FIXTURES, PARAMETERS
+from oracles.plugin.names import FIXTURES, PARAMETERS
 from oracles.plugin.options import add_options, asked, enabled_by_options
 
 if TYPE_CHECKING:

@@ -36,8 +36,8 @@ from _pytest.mark.structures import get_unpacked_marks
 
 from oracles.errors import TokensMissing
 from oracles.families import Family, family_of
-from oracles.plugin.fixtures import PARAMETERS
 from oracles.plugin.groups import record_group
+from oracles.plugin.names import PARAMETERS
 
 if TYPE_CHECKING:
     from oracles.plugin.settings import Settings

@@ -34,11 +34,6 @@ if TYPE_CHECKING:
 # The library is imported inside the fixtures, not here: the plugin registers this module in every
 # pytest run, and a run that uses none of these fixtures must not pay for numpy or the engine registry.
 Engines = Callable[[str, str], "Engine"]
-#: The parameters the plugin fills, and the fixtures it gives: a test using one activates the session.
-PARAMETERS = frozenset({"pin", "engine_id", "port_id"})
-FIXTURES = frozenset({"engines", "engine", "reference", "port", "pin_file", "runs", "receipt", "verified_snapshot",
-                      "snapshot_overrides"}) | PARAMETERS
-
 T = TypeVar("T")
 
 

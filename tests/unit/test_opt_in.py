@@ -60,7 +60,7 @@ def test_uses_the_fixtures(receipt, runs):
 #: What a plugin that is off may import (sorted): itself, its fixtures' module, its option table and
 #: hookspecs, and the light modules its markers and ini keys come from (with their packages).
 LIGHT = ["oracles", "oracles.families", "oracles.pins", "oracles.pins.project", "oracles.plugin",
-         "oracles.plugin.fixtures", "oracles.plugin.hookspecs", "oracles.plugin.options"]
+         "oracles.plugin.fixtures", "oracles.plugin.hookspecs", "oracles.plugin.names", "oracles.plugin.options"]
 
 
 def run(project: Path, probe_dir: Path, *extra: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
