@@ -35,7 +35,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 materialize: setup
 	$(BIN)/oracles materialize $(PIN)
 	$(BIN)/oracles materialize smollm2-draft-twin  # the speculative oracles' draft; needs $(PIN)'s tokenizer
-	$(BIN)/oracles materialize smollm2-hybrid-twin  # a Gated DeltaNet hybrid through mtplx, mtplx_chat, d1; $(PIN)'s tokenizer
+	$(BIN)/oracles materialize smollm2-hybrid-twin  # a Gated DeltaNet hybrid: a default pin of the text families; $(PIN)'s tokenizer
 	$(BIN)/oracles materialize qwen35-vl-twin      # the clef family's vision-language twin
 
 oracle: materialize

@@ -1,4 +1,5 @@
-"""Fingerprint throughput vs plain hashlib.sha256 over the same bytes (issue 2: ratio goal >= 0.9).
+"""Fingerprint throughput vs plain hashlib.sha256 over the same bytes (goal: ratio >= 0.9, fingerprinting
+at least 90 % as fast as hashing alone).
 
 A: ``oracles.checks.fingerprint.fingerprint(a)`` (finiteness check, little-endian float32 view, sha256).
 B: ``hashlib.sha256(a.tobytes() view)`` over the same C-contiguous '<f4' buffer, nothing else.

@@ -1,7 +1,8 @@
 """Plugin overhead on 1,000 trivial tests, whole ``python -m pytest`` processes, paired runs.
 
-Two comparisons (issue 8's goals), each measured as N pairs run alternately in this one invocation,
-A B A B ..., the ratio A/B taken pair by pair (a pair's two runs are seconds apart, so a drift of the
+Two comparisons (goals: installed but off <= 1.01 x ``-p no:oracles``; receipts on <= 1.02 x
+``--no-receipt``), each measured as N pairs run alternately in this one invocation, A B A B ...,
+the ratio A/B taken pair by pair (a pair's two runs are seconds apart, so a drift of the
 shared machine's speed cancels within a pair); printed: the median pair ratio and its spread (min,
 quartiles, max), wall and CPU (user + sys of the child):
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from oracles.engines.base import Engine
 from oracles.errors import OracleError
+from oracles.families import DEFAULT_PIN
 from oracles.families.execution.localise import localise
 
 if TYPE_CHECKING:
@@ -34,7 +35,7 @@ FAULT_PREFIX = "fault:"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--pin", default="smollm2-135m-instruct", help="pin name; default: %(default)s")
+    parser.add_argument("--pin", default=DEFAULT_PIN, help="pin name; default: %(default)s")
     parser.add_argument("--reference", default="torch", help="reference engine id; default: %(default)s")
     parser.add_argument("--port", required=True,
                         help=f"port engine id, or {FAULT_PREFIX}NAME for a fault port of the panel on the reference")

@@ -23,7 +23,7 @@ import pytest
 
 import oracles.families as families
 from oracles.pins.project import DEFAULTS, PINS_KEY, RECORDS_KEY
-from oracles.plugin.names import FIXTURES, PARAMETERS
+from oracles.plugin.names import FIXTURES, PARAMETERS, TOKENS_MISSING
 from oracles.plugin.options import add_options, asked, enabled_by_options
 
 if TYPE_CHECKING:
@@ -83,8 +83,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{family.name}: {family.help}")
     for name, text in families.OTHER_MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
-    # oracles.plugin.collect.MISSING, written out: that module is imported only once a session is active.
-    config.addinivalue_line("markers", "oracles_tokens_missing(message): internal: the pin lacks the family's token ids")
+    config.addinivalue_line("markers", f"{TOKENS_MISSING}(message): internal: the pin lacks the family's token ids")
     enabled = bool(config.getini("oracles")) or enabled_by_options(config.option)
     config.stash[ENABLED_KEY] = enabled
     if enabled or asked(config.option) or "oracles" in getattr(config, "workerinput", {}):

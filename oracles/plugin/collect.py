@@ -37,7 +37,7 @@ from _pytest.mark.structures import get_unpacked_marks
 from oracles.errors import TokensMissing
 from oracles.families import Family, family_of
 from oracles.plugin.groups import record_group
-from oracles.plugin.names import PARAMETERS
+from oracles.plugin.names import PARAMETERS, TOKENS_MISSING
 
 if TYPE_CHECKING:
     from oracles.plugin.settings import Settings
@@ -50,7 +50,7 @@ def _family(metafunc: pytest.Metafunc) -> Family | None:
 
 
 #: Marks a parameter set whose pin lacks the family's token ids (refused after deselection, one line).
-MISSING = "oracles_tokens_missing"
+MISSING = TOKENS_MISSING
 
 
 def parametrize(metafunc: pytest.Metafunc, settings: Settings) -> None:
@@ -91,7 +91,7 @@ def _param(values: tuple[str, ...], ident: str, family: Family | None, pin: str)
         try:
             reason = family_tokens(family.tokens, pin).get("unsupported")
         except TokensMissing as exc:
-            marks.append(pytest.mark.oracles_tokens_missing(str(exc)))
+            marks.append(getattr(pytest.mark, MISSING)(str(exc)))
         else:
             if reason:
                 marks.append(pytest.mark.skip(reason=f"family {family.name} cannot run on pin {pin}: {reason}"))

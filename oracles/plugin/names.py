@@ -7,3 +7,5 @@ so the hooks and collection read them without importing the fixtures (which pyte
 PARAMETERS = frozenset({"pin", "engine_id", "port_id"})
 FIXTURES = frozenset({"engines", "engine", "reference", "port", "pin_file", "pins", "runs", "receipt", "verified_snapshot",
                       "snapshot_overrides"}) | PARAMETERS
+#: The internal mark a test gets when its pin lacks its family's token ids (refused after deselection).
+TOKENS_MISSING = "oracles_tokens_missing"

@@ -15,8 +15,8 @@ import threading
 from pathlib import Path
 from typing import Any, Sequence
 
-VERSIONED = ("python", "numpy", "torch", "transformers", "tokenizers", "safetensors", "mlx", "mlx-lm",
-             "pytest", "pytest-xdist", "pytest-timeout", "pytest-oracles")
+VERSIONED = ("python", "numpy", "torch", "transformers", "tokenizers", "safetensors", "mlx", "mlx-lm", "mlx-vlm",
+             "gguf", "accelerate", "pytest", "pytest-xdist", "pytest-timeout", "pytest-oracles")
 
 
 

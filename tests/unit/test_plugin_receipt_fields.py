@@ -1,4 +1,4 @@
-"""Every receipt field issue 2 lists, from a pytester run of the project's real conftest fixtures
+"""Every field of the session receipt, from a pytester run of the project's real conftest fixtures
 (the plugin's ``verified_snapshot`` and ``engines``) with a stand-in engine registered in the engine registry.
 
 Not ``dry``: the run verifies the default pin's snapshot under ``$ORACLES_HOME`` (reads its ~540 MB
