@@ -12,7 +12,8 @@ divergent token; read-outs add max |Δp| and whether the answer agrees. The thre
 every prompt position of a prefill or a clef row (text and picture tokens, beside its read-out), a d1
 read-out's slot, a greedy decode's or generation's steps through the first divergent token, a sampled
 generation's first step (its tokens are recorded, not held), so a unit passes here
-exactly when its family's port test passes it on the same logits.
+exactly when its family's port test passes it on the same logits, for a port held to FLOAT32
+(a receipt records no port's own tolerance).
 
 Units present in one receipt only are listed (a port may run a sample), not an error, and the
 summary line says so; ``--require-all`` makes a reference unit without a port unit a failure. A

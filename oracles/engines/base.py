@@ -76,9 +76,8 @@ class Engine(abc.ABC):
     Members every engine has (:data:`REQUIRED_MEMBERS`, checked once when the plugin builds it: a
     missing one fails the (engine, pin) pair in one line naming them all): the class attribute ``id``
     (its registry name), and, set in ``__init__``: ``pin`` (the pin's name, recorded with every figure
-    and in every run key), ``pin_file`` (the :class:`oracles.pins.pin.Pin` itself) and ``root`` (by
-    this class's ``__init__``),
-    ``vocab_size`` (``V``, the logits' width), ``hidden_size`` (``D``), ``num_layers`` (decoder layers
+    and in every run key), ``pin_file`` (the :class:`oracles.pins.pin.Pin` itself) and ``root`` (these three by
+    this class's ``__init__``), ``vocab_size`` (``V``, the logits' width), ``hidden_size`` (``D``), ``num_layers`` (decoder layers
     ``L``), ``eos_token_ids``, ``max_context`` (0: no limit), and ``tokenizer``, a
     :class:`oracles.engines.types.Tokenizer`: ``apply_chat_template``, ``encode``, ``decode`` and
     ``chat_template`` (a transformers tokenizer and mlx-lm's ``TokenizerWrapper`` are one).

@@ -7,7 +7,7 @@ Every check here is the suite's own. A port held against the reference goes thro
 with the function its family's test calls: cached vs recomputed and warm vs cold through
 :func:`oracles.checks.cache.cache_failure`; cohort vs serial through
 :func:`oracles.checks.cohort.serial_gap_failure`, the cohort test's bound and criteria. Tree vs
-row uses the read-out threshold (``max_abs_dp``, 2.5e-3 in float32), looser than the d1 test's
+row uses the read-out threshold (``max_abs_dp``), looser than the d1 test's
 ``tree_row_dp`` (1e-4), so a catch here is a catch there. So a check that catches a fault here is one
 the suite makes.
 

@@ -29,8 +29,7 @@ def pytest_oracles_receipt_fields(config: pytest.Config) -> dict[str, Any] | Non
 
         import platform
 
-        @pytest.hookspec()
-def pytest_oracles_receipt_fields(config):
+        def pytest_oracles_receipt_fields(config):
             return {"board": platform.node(), "firmware": "2.4.1"}
 
     gives, in the receipt, ``"plugin_fields": {"conftest.py": {"board": "...", "firmware": "2.4.1"}}``.
@@ -54,8 +53,7 @@ def pytest_oracles_families() -> Sequence[Family]:
 
         from oracles.families import Family
 
-        @pytest.hookspec()
-def pytest_oracles_families():
+        def pytest_oracles_families():
             return [Family("asr", "speech oracle family: transcripts of the reference and the port agree",
                            runs="asr", default_pins=("smollm2-135m-instruct",))]
 

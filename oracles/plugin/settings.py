@@ -45,7 +45,7 @@ class _Pairings:
 
 @dataclass(frozen=True)
 class Settings:
-    """What a session runs on, one field per option of :data:`oracles.plugin.options.OPTIONS`.
+    """What a session runs on, its fields parsed from the options of :data:`oracles.plugin.options.OPTIONS`.
 
     ``pins``: the ``--pin`` names (empty: each family's defaults); ``snapshots``: ``--snapshot`` as
     {pin: folder}; ``port``: ``--port`` as given, ``ports``: the engine ids it resolved to;

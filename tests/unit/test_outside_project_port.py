@@ -1,4 +1,4 @@
-"""Your model, your port, from a project outside this repository: the issue's proof that the suite asks
+"""Your model, your port, from a project outside this repository: the proof that the suite asks
 capabilities, not engine ids.
 
 The test builds, in tmp_path:
