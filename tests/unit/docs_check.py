@@ -61,7 +61,8 @@ class Facts:
     def pytest_option(self, option: str) -> bool:
         """Whether pytest takes ``option``: the plugin's, or another registered one (by its dest name:
         ``--dist`` is ``dist``; pytest keeps no public list of option strings)."""
-        return option in self.plugin_options or option[2:].replace("-", "_") in self.pytest_dests
+        name = option[2:]  # pytest names a dest either way: --collect-only is collectonly, --no-header no_header
+        return option in self.plugin_options or {name.replace("-", "_"), name.replace("-", "")} & self.pytest_dests != set()
 
     def any_option(self, option: str) -> bool:
         return self.pytest_option(option) or any(option in opts for opts in self.commands.values())
