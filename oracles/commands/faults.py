@@ -77,8 +77,8 @@ def collect(receipt: Any, path: Path) -> tuple[list[dict[str, Any]], dict[tuple[
     if not rows:
         raise FixtureError(f"{path}: no fault panel records "
                            f"(run: pytest --pyargs oracles.suite -m faults --runslow [--pin NAME])")
-    # the panel's order (pins as they first appear, then the control and the faults as the issue lists
-    # them); xdist finishes tests in any order
+    # the panel's order (pins as they first appear, then the control and the faults in the order of
+    # oracles.faults.FAULTS); xdist finishes tests in any order
     pins = list(dict.fromkeys(r["pin"] for r in rows))
     rows.sort(key=lambda r: [pins.index(r["pin"]), *r["order"], r["fault"]])
     return rows, bisects

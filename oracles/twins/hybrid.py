@@ -24,7 +24,7 @@ proves nothing about a cache. Measured here (seed 0, greedy, 64 new tokens, tran
 0.10 is past the jump between 0.05 and 0.06 with room on both sides: every prompt decodes varied text
 (63 of 64 distinct), the logits stay moderate (std 0.8, largest |logit| ~4; no float32 stress), and
 the smallest top-1/top-2 logit gap over those 128 steps (8.4e-4) is ~25x the MLX-vs-torch difference
-the issue measured (3.4e-5), so the port comparisons test the port, not coin flips.
+measured on this twin (3.4e-5), so the port comparisons test the port, not coin flips.
 
 Untrained: it never chooses a stop token on purpose, so its pin says ``"trained": false`` and the
 checks that a generation ends with a stop token skip naming that (:mod:`oracles.pins.pin`).

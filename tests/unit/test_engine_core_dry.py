@@ -28,7 +28,7 @@ PIN = "smollm2-135m-instruct"
 
 
 class Facts(Engine):
-    """The issue's vacuous port: the model facts and a tokenizer, nothing it could run."""
+    """The vacuous port: the model facts and a tokenizer, nothing it could run."""
 
     id = "facts"
     loads = 0
