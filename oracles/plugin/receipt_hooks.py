@@ -16,7 +16,6 @@ import pytest
 from oracles.errors import OracleError
 from oracles.plugin.settings import Settings
 from oracles.plugin.state import RunState
-from oracles.receipts.schema import RunFacts
 
 
 class ReceiptHooks:
@@ -71,8 +70,7 @@ class ReceiptHooks:
         plugin_fields = project_fields(config)
         not_run = state.finish()
         env = state.environment_probe.result() if state.environment_probe else {}
-        facts = RunFacts(invocation=self._invocation(), environment=env, left_out=self.settings.left_out_json(),
-                         plugin_fields=plugin_fields)
+        facts = state.facts(self._invocation(), env, self.settings.left_out_json(), plugin_fields)
         arrays = state.pack_arrays()
         state.write(state.build(exitstatus, not_run, facts, arrays))
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import secrets
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
@@ -211,14 +211,20 @@ class RunState:
             rows.append({"nodeid": nodeid, "reason": reason})
         return rows
 
+    def facts(self, invocation: dict[str, Any], environment: dict[str, Any], left_out: list[dict[str, Any]],
+              plugin_fields: dict[str, dict[str, Any]]) -> RunFacts:
+        """The run as a whole: what the session gives (invocation, environment, left-out pairs, a project's
+        fields) and what this state gathered (events, the resume setting, collection errors, engine per test)."""
+        resume = {"resumed_from": self.resume_path, "resume_unchecked": self.resume_unchecked,
+                  "resume_not_carried": self.resume_not_carried}
+        return RunFacts(invocation=invocation, environment=environment, events=self.events, resume=resume,
+                        collection_errors=self.collection_errors, left_out=left_out, engine_of=self.engine_of,
+                        plugin_fields=plugin_fields)
+
     def build(self, exitstatus: int, not_run: list[dict[str, str]], facts: RunFacts,
               arrays: str | None) -> RunReceipt:
         """The run's receipt (:meth:`oracles.receipts.schema.RunReceipt.build`) from this state's records
-        and events, the resume setting and ``facts`` (invocation, environment, what the session adds)."""
-        resume = {"resumed_from": self.resume_path, "resume_unchecked": self.resume_unchecked,
-                  "resume_not_carried": self.resume_not_carried}
-        facts = replace(facts, events=self.events, resume=resume, collection_errors=self.collection_errors,
-                        engine_of=self.engine_of)
+        and ``facts`` (:meth:`facts`, with what the session adds)."""
         return RunReceipt.build(self.run_id, self.started, self.started_wall, exitstatus, self.records.values(),
                                 not_run, facts, arrays)
 
