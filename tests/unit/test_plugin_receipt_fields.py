@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+from inner_runs import DRY_TOKENIZER
 
 import oracles.engines
 from oracles.pins.pin import BUILTIN_PINS, oracles_home
@@ -29,24 +30,9 @@ PIN = "smollm2-135m-instruct"
 #: The counts of a checks row that none of these tests reach.
 NONE_ELSE = {"xfailed": 0, "not_run": 0}
 
-FAKE_ENGINE = """
+FAKE_ENGINE = DRY_TOKENIZER + """
 from oracles.engines.base import Engine
-from oracles.pins.tokenizer import load_tokenizer
 
-class Tokenizer:  # the members of oracles.engines.types.Tokenizer, over the pin's dry tokenizer
-    chat_template = None
-
-    def __init__(self, root):
-        self.light = load_tokenizer(root)
-
-    def encode(self, text, add_special_tokens=True):
-        return self.light.encode(text)
-
-    def apply_chat_template(self, conversation, **kwargs):
-        return self.light.chat_ids(conversation)
-
-    def decode(self, token_ids, skip_special_tokens=False):
-        return self.light.tokenizer.decode(list(token_ids))
 
 class FakeEngine(Engine):
     id = "fake"

@@ -16,29 +16,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+from inner_runs import DRY_TOKENIZER
 from test_pin_command_dry import make_snapshot
 
 from oracles.pins.writer import write_pin
 
-IDLE = '''
+IDLE = DRY_TOKENIZER + '''
 from oracles.engines.base import Engine, Unsupported
-from oracles.pins.tokenizer import load_tokenizer
 
-
-class Tokenizer:  # oracles.engines.types.Tokenizer over the pin's dry tokenizer
-    chat_template = None
-
-    def __init__(self, root):
-        self.light = load_tokenizer(root)
-
-    def encode(self, text, add_special_tokens=True):
-        return self.light.encode(text)
-
-    def apply_chat_template(self, conversation, **kwargs):
-        return self.light.chat_ids(conversation)
-
-    def decode(self, token_ids, skip_special_tokens=False):
-        return self.light.tokenizer.decode(list(token_ids))
 
 
 class Idle(Engine):
