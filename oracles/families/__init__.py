@@ -24,6 +24,10 @@ DEFAULT_PIN = "smollm2-135m-instruct"
 HYBRID_PIN = "smollm2-hybrid-twin"
 #: The default pins of the text families that run on any causal LM with the default pin's tokenizer.
 TEXT_PINS = (DEFAULT_PIN, HYBRID_PIN)
+#: The conversions of the default pin that users ship, each held against its own reference (its pin
+#: file's ``reference``: the dequantized snapshot of a quantized artifact, the float32 original of a
+#: bfloat16 one): the port tests' ``--port-pin`` pairs when neither ``--pin`` nor ``--port-pin`` is given.
+CONVERSION_PINS = ("smollm2-mlx-bf16", "smollm2-mlx-q8", "smollm2-mlx-q4")
 
 
 @dataclass(frozen=True)

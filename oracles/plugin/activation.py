@@ -113,7 +113,7 @@ class ActiveHooks:
         engine = params.get("port_id", params.get("engine_id"))
         if engine is None and "reference" in getattr(item, "fixturenames", ()):
             engine = self.settings.reference
-        pin = params.get("pin")
+        pin = params.get("port_pin", params.get("pin")) if "port_id" in params else params.get("pin")
         if isinstance(engine, str) and isinstance(pin, str) and engine in self.engines:
             out.append((ENGINE_KEY, [engine, pin]))
         return out

@@ -5,7 +5,9 @@ built once per worker):
 
 * a test taking ``engine_id`` runs on every compatible (pin, engine) pair of its family: the reference
   and each port on each pin the family runs on (``pin`` comes with it);
-* a test taking ``port_id`` runs on every compatible (pin, port) pair;
+* a test taking ``port_id`` runs on every compatible (pin, port) pair; one taking ``port_pin`` too (the
+  ``port`` fixture does) also on each ``--port-pin`` pair, the port loading the artifact pin
+  (:meth:`Settings.port_triples`; id ``PIN-PORT@ARTIFACT``);
 * a test taking only ``pin`` runs on each of its family's pins.
 
 Then each item gets its xdist group (:func:`oracles.plugin.groups.record_group`), a port engine's test of a
@@ -57,17 +59,21 @@ def parametrize(metafunc: pytest.Metafunc, settings: Settings) -> None:
     """Fill ``pin``, ``engine_id`` and ``port_id`` (module docstring)."""
     names = metafunc.fixturenames
     family = _family(metafunc)
-    if "engine_id" in names or "port_id" in names:
+    if "port_pin" in names and "port_id" in names:
+        triples = settings.port_triples(family)
+        values = [_param((p, e, a), f"{p}-{e}" if a == p else f"{p}-{e}@{a}", family, p) for p, e, a in triples]
+        metafunc.parametrize(("pin", "port_id", "port_pin"), values or [_none(settings, "port", 3)], scope="session")
+    elif "engine_id" in names or "port_id" in names:
         name = "engine_id" if "engine_id" in names else "port_id"
         pairs = settings.pairs(family, settings.engines if name == "engine_id" else settings.ports)
         values = [_param((p, e), f"{p}-{e}", family, p) for p, e in pairs]
-        metafunc.parametrize(("pin", name), values or [_none(settings, name.removesuffix("_id"))], scope="session")
+        metafunc.parametrize(("pin", name), values or [_none(settings, name.removesuffix("_id"), 2)], scope="session")
     elif "pin" in names:
         pins = settings.pins_for(family)
         if metafunc.definition.get_closest_marker("dry") is not None:
             pins = one_per_tokenizer(pins)
         values = [_param((p,), p, family, p) for p in pins]
-        metafunc.parametrize("pin", values or [_none(settings, "pin")], scope="session")
+        metafunc.parametrize("pin", values or [_none(settings, "pin", 1)], scope="session")
 
 
 def one_per_tokenizer(pins: list[str]) -> list[str]:
@@ -110,12 +116,11 @@ def refuse_missing_tokens(items: list[pytest.Item]) -> None:
             raise pytest.UsageError(str(mark.args[0]))
 
 
-def _none(settings: Settings, what: str) -> Any:
-    """The one skipped parameter set of a test that has nothing to run on, saying why."""
+def _none(settings: Settings, what: str, arity: int) -> Any:
+    """The one skipped parameter set (of ``arity`` values) of a test that has nothing to run on, saying why."""
     why = {"port": f"no port engine: --port resolved to none here (reference {settings.reference})",
            "engine": "no (pin, engine) pair can run here", "pin": "no pin of this family was selected"}[what]
-    values = ("none",) if what == "pin" else ("none", "none")
-    return pytest.param(*values, marks=pytest.mark.skip(reason=f"{why}; see the report header"), id="none")
+    return pytest.param(*("none",) * arity, marks=pytest.mark.skip(reason=f"{why}; see the report header"), id="none")
 
 
 def markers_of(item: pytest.Item) -> set[str]:

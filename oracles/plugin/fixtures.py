@@ -243,9 +243,10 @@ def reference(engines: Engines, pytestconfig: pytest.Config, pin: str) -> Engine
 
 
 @pytest.fixture
-def port(engines: Engines, port_id: str, pin: str) -> Engine:
-    """This test's port engine (parameter ``port_id``) on this test's pin."""
-    return engines(port_id, pin)
+def port(engines: Engines, port_id: str, port_pin: str) -> Engine:
+    """This test's port engine (parameter ``port_id``) on its port pin: this test's pin, or the
+    ``--port-pin`` artifact paired with it (:mod:`oracles.pins.pairing`)."""
+    return engines(port_id, port_pin)
 
 
 @pytest.fixture

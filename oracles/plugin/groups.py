@@ -31,6 +31,8 @@ def record_group(markers: Container[str], params: Mapping[str, Any]) -> str | No
     if family is None:
         return None
     namespace = family.runs + (f":{params['pin']}" if isinstance(params.get("pin"), str) else "")
+    if isinstance(params.get("port_pin"), str) and params["port_pin"] != params.get("pin"):
+        namespace += f">{params['port_pin']}"  # another artifact's runs: its own group, so workers share them
     if family.per_engine and isinstance(params.get("engine_id"), str):
         namespace += f":{params['engine_id']}"
     for name in RECORD_PARAMS:

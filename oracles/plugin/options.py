@@ -176,6 +176,17 @@ def _ports(value: str, r: Resolving) -> Mapping[str, Any]:
     return {"port": value, "ports": tuple(ports)}
 
 
+def _port_pins(value: str | None, r: Resolving) -> Mapping[str, Any]:
+    from oracles.errors import OracleError
+    from oracles.families import CONVERSION_PINS
+    from oracles.pins.pairing import parse_port_pins
+
+    try:
+        return {"port_pins": parse_port_pins(value, r.project.pins, () if r.fields["pins"] else CONVERSION_PINS)}
+    except OracleError as exc:
+        raise _usage(exc) from None
+
+
 def _threads(value: int, r: Resolving) -> Mapping[str, Any]:
     if value < 0:
         raise pytest.UsageError(f"--oracle-threads {value}: expected 0 (library default) or a positive count")
@@ -229,6 +240,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("--port", "auto", "engine id(s) of ports, comma-separated (one that cannot run here is refused); 'auto' = "
            "every registered engine but the reference that can run here, 'none' = no port", metavar="ENGINE",
            parse=_ports),
+    Option("--port-pin", None, "converted artifacts the ports load, each held against a reference pin: REF=ARTIFACT, "
+           "or ARTIFACT alone when its pin file names its reference; comma-separated; 'none' = no artifact pairs",
+           metavar="[REF=]ARTIFACT", parse=_port_pins,
+           shown="the built-in conversion pins when --pin is not given, else none"),
     Option("--oracle-threads", 0, "intra-op threads for engines (torch.set_num_threads); 0 leaves the library "
            "default", metavar="N", type=int, parse=_threads),
     Option("--deadline", None, "start no new test after SECONDS from session start; the rest are listed as not run "

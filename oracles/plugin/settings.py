@@ -21,6 +21,7 @@ from oracles.plugin.port_scope import PortScope
 
 if TYPE_CHECKING:
     from oracles.engines import Registry
+    from oracles.pins.pairing import PortPair
     from oracles.pins.pin import PinStore
     from oracles.pins.project import Project
 
@@ -68,6 +69,7 @@ class Settings:
     oracle_threads: int = 0
     deadline: float | None = None
     port_scope: PortScope = PortScope("sample")
+    port_pins: tuple["PortPair", ...] = ()
     resume: Path | None = None
     project: "Project | None" = field(default=None, compare=False, repr=False)
     _found: _Pairings = field(default_factory=_Pairings, compare=False, repr=False)
@@ -155,12 +157,26 @@ class Settings:
         """(pin, engine) pairs of a family's tests over ``engines``, compatible ones only."""
         return [(p, e) for p in self.pins_for(family) for e in engines if self.compatible(e, p)]
 
+    def port_triples(self, family: Family | None) -> list[tuple[str, str, str]]:
+        """(reference pin, port, port pin) of a family's port tests: each port on each pin the family
+        runs on (port pin = pin), then each ``--port-pin`` pair the family serves, on each port that can
+        load the artifact (a pair no port can load is left out, with the engine's reason)."""
+        out = [(p, e, p) for p, e in self.pairs(family, self.ports)]
+        for pair in self.port_pins:
+            reference = self.pin_store.load(pair.reference)
+            if family is not None and (why := family.serves(reference)) is not None:
+                self.left_out[(None, pair.label)] = Pairing(None, pair.label, why)
+                continue
+            out += [(pair.reference, e, pair.artifact) for e in self.ports if self.compatible(e, pair.artifact)]
+        return out
+
     # -- what the terminal and the receipt say --------------------------------------------------
     def header_line(self) -> str:
         """What the report header says about engines and pins."""
         on = f" on {self.reference_device}" if self.reference_device != "cpu" else ""
+        artifacts = f"; port pins {', '.join(p.label for p in self.port_pins)}" if self.port_pins else ""
         return (f"oracles: reference {self.reference}{on}; ports {', '.join(self.ports) or 'none'}; pins "
-                f"{', '.join(self.pins) or 'each family default'} (from {self.pin_store.describe()})")
+                f"{', '.join(self.pins) or 'each family default'}{artifacts} (from {self.pin_store.describe()})")
 
     def left_out_lines(self) -> list[str]:
         """After collection: plugged engines that cannot be used and (engine, pin) pairs left out, with reasons."""

@@ -1,0 +1,80 @@
+"""Port pins: a converted artifact the ports load, paired with the reference pin it is held against.
+
+``--port-pin REF=ARTIFACT`` (or ``ARTIFACT`` alone, when its pin file names its ``reference``) adds, to
+every port test, a run with the reference on pin REF and the port on pin ARTIFACT: a 4-bit artifact
+against the float32 snapshot dequantized from it (the port's arithmetic alone, held to the float32
+thresholds), a bfloat16 artifact against its float32 original (a calibrated band: oracles.checks.judgment).
+The records are REF's, so the two pins must tokenize alike: their tokenizer files must be equal.
+
+Pure: pin files only (no torch, mlx or numpy).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from oracles.errors import PinError
+
+if TYPE_CHECKING:
+    from oracles.pins.pin import Pin, PinStore
+
+
+@dataclass(frozen=True)
+class PortPair:
+    """The reference runs on pin ``reference``, the port on pin ``artifact``."""
+
+    reference: str
+    artifact: str
+
+    @property
+    def label(self) -> str:
+        """``REF=ARTIFACT``, as ``--port-pin`` takes it."""
+        return f"{self.reference}={self.artifact}"
+
+
+def parse_port_pins(value: str | None, where: "PinStore", default: tuple[str, ...] = ()) -> tuple[PortPair, ...]:
+    """A ``--port-pin`` value as its pairs, in order, each once; None: the pairs of ``default`` (artifact
+    names whose pin files name their reference); ``"none"``: no pairs.
+
+    Raises:
+        PinError: one line starting ``--port-pin ITEM:``: an unknown pin (known ones listed), an artifact
+            whose pin file names no reference given without ``REF=``, the artifact paired with itself, or
+            two pins whose tokenizer files differ (both digests).
+    """
+    if value is not None and value.strip().lower() == "none":
+        return ()
+    items = default if value is None else tuple(v.strip() for v in value.split(",") if v.strip())
+    pairs: dict[PortPair, None] = {}
+    for item in items:
+        ref_name, sep, art_name = item.rpartition("=")
+        try:
+            artifact = where.load(art_name)
+            if not sep:
+                declared = getattr(artifact, "reference", None)
+                if declared is None:
+                    raise PinError(f"pin {art_name} names no reference (field 'reference' of {artifact.path}); "
+                                   f"write REF={art_name}")
+                ref_name = declared
+            reference = where.load(ref_name)
+        except PinError as exc:
+            raise PinError(f"--port-pin {item}: {exc}") from None
+        if reference.name == artifact.name:
+            raise PinError(f"--port-pin {item}: the artifact is its own reference; every port test already runs the "
+                           "port on the reference's pin")
+        refuse_other_tokenizer(item, reference, artifact)
+        pairs[PortPair(reference.name, artifact.name)] = None
+    return tuple(pairs)
+
+
+def refuse_other_tokenizer(item: str, reference: "Pin", artifact: "Pin") -> None:
+    """Refuse a pair whose pins' tokenizer files differ: the records are tokenized by the reference's.
+
+    Raises:
+        PinError: ``--port-pin ITEM: ...`` naming both pins and both tokenizer digests.
+    """
+    ref_sha, art_sha = reference.tokenizer_sha256, artifact.tokenizer_sha256
+    if ref_sha != art_sha:
+        raise PinError(f"--port-pin {item}: pin {artifact.name}'s tokenizer files differ from pin {reference.name}'s "
+                       f"(tokenizer sha256 {art_sha[:12]} vs {ref_sha[:12]}): the port would be fed ids another "
+                       "tokenizer made")
