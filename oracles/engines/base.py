@@ -124,6 +124,12 @@ class Engine(abc.ABC):
         another precision answers with its own (judged from its artifact, :attr:`pin_file`)."""
         return FLOAT32
 
+    def translation_notes(self) -> tuple[str, ...]:
+        """What the adapter changed to load the artifact, one line each (``"rope_theta 100000.0 from
+        rope_parameters (mlx-lm reads 10000.0)"``): every verdict of a port test names them. Default
+        none: an engine that loads the artifact as its library does."""
+        return ()
+
     # -- where it can run ------------------------------------------------------------------
     @classmethod
     def unavailable_reason(cls) -> str | None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from oracles.errors import PinError
 
 if TYPE_CHECKING:
+    from oracles.checks.judgment import Judgment
     from oracles.pins.pin import Pin, PinStore
 
 
@@ -63,6 +64,7 @@ def parse_port_pins(value: str | None, where: "PinStore", default: tuple[str, ..
             raise PinError(f"--port-pin {item}: the artifact is its own reference; every port test already runs the "
                            "port on the reference's pin")
         refuse_other_tokenizer(item, reference, artifact)
+        judgment_of(reference, artifact)  # a pair nothing can judge is refused here, not in every test
         pairs[PortPair(reference.name, artifact.name)] = None
     return tuple(pairs)
 
@@ -78,3 +80,42 @@ def refuse_other_tokenizer(item: str, reference: "Pin", artifact: "Pin") -> None
         raise PinError(f"--port-pin {item}: pin {artifact.name}'s tokenizer files differ from pin {reference.name}'s "
                        f"(tokenizer sha256 {art_sha[:12]} vs {ref_sha[:12]}): the port would be fed ids another "
                        "tokenizer made")
+
+
+def judgment_of(reference: "Pin", artifact: "Pin") -> "Judgment":
+    """How a port on ``artifact`` is judged against the reference on ``reference``
+    (:mod:`oracles.checks.judgment`), from the two pins' precision:
+
+    * the same pin, or ``reference`` the float32 snapshot dequantized from ``artifact``, or both float32:
+      ``exact`` when the artifact computes in float32 (its port's own bounds, FLOAT32 by default);
+    * an artifact that computes in bfloat16 / float16 on weights of that dtype converted from
+      ``reference``: ``band`` in that dtype;
+    * a dequantized reference whose artifact computes in a reduced dtype: ``band`` too.
+
+    Raises:
+        PinError: a quantized artifact held against a reference that does not hold its weights (its
+            dequantized reference is what judges it; its quantization cost is graded), or a reduced-precision
+            artifact whose weights are not a cast of the reference's (one line naming both pins).
+    """
+    from oracles.checks.judgment import Judgment
+
+    precision = _precision(artifact)
+    compute = str(getattr(precision, "compute", "float32"))
+    weights = str(getattr(precision, "weights", "float32"))
+    same_weights = (artifact.name == reference.name
+                    or getattr(_precision(reference), "dequantized_from", None) == artifact.name
+                    or weights == "float32" == str(getattr(_precision(reference), "weights", "float32")))
+    cast_of = getattr(artifact, "converted_from", None) == reference.name and weights == compute
+    if same_weights and compute == "float32":
+        return Judgment("exact", f"port pin {artifact.name} computes in float32 on the weights of {reference.name}")
+    if same_weights or cast_of:
+        return Judgment("band", f"port pin {artifact.name} computes in {compute}: held to the band of the reference run "
+                                f"in {compute} on {reference.name}", dtype=compute)
+    raise PinError(f"--port-pin {reference.name}={artifact.name}: pin {artifact.name} holds {weights} weights, which pin "
+                   f"{reference.name} does not hold; hold it against its dequantized reference (oracles pin NAME "
+                   "--dequantize-from DIR); its quantization cost against the float32 original is graded (-m graded)")
+
+
+def _precision(pin: "Pin") -> object:
+    """The pin's :class:`~oracles.pins.precision.Precision` (float32 where the pin file declares none)."""
+    return getattr(pin, "precision", None)

@@ -28,12 +28,13 @@ import pytest
 
 if TYPE_CHECKING:
     from oracles.engines.base import Engine
+    from oracles.families.execution.judged import Judge
     from oracles.pins.pin import Pin
     from oracles.receipts.table import Receipt
 
 # The library is imported inside the fixtures, not here: the plugin registers this module in every
 # pytest run, and a run that uses none of these fixtures must not pay for numpy or the engine registry.
-Engines = Callable[[str, str], "Engine"]
+Engines = Callable[..., "Engine"]  # (engine id, pin name, **constructor options) -> Engine
 T = TypeVar("T")
 
 
@@ -143,10 +144,11 @@ class EngineLoader:
         self.verified_snapshot, self.threads, self.engine_kwargs, self.emit = (verified_snapshot, threads,
                                                                                engine_kwargs, emit)
         self.pins = pins or PinCache()
-        self.built: dict[tuple[str, str], Engine | str] = {}
+        self.built: dict[tuple[str, str, tuple[tuple[str, Any], ...]], Engine | str] = {}
 
-    def get(self, engine_id: str, pin: str) -> Engine:
-        """The engine ``engine_id`` on the pin named ``pin``.
+    def get(self, engine_id: str, pin: str, **options: Any) -> Engine:
+        """The engine ``engine_id`` on the pin named ``pin``; ``options`` are constructor arguments of its
+        own (the band engine: ``dtype="bfloat16"``), each set of them one more engine.
 
         Raises:
             pytest.skip.Exception: the engine cannot run here (its reason).
@@ -154,19 +156,19 @@ class EngineLoader:
         """
         from oracles.engines import engine_class, unavailable_reason
 
-        key = (engine_id, pin)
+        key = (engine_id, pin, tuple(sorted(options.items())))
         if key not in self.built:
             reason = unavailable_reason(engine_id)
             if reason:
                 pytest.skip(f"engine {engine_id}: {reason}")
             root = self.verified_snapshot(pin)
-            self.built[key] = self.build(engine_class(engine_id), root, self.pins(pin))
+            self.built[key] = self.build(engine_class(engine_id), root, self.pins(pin), **options)
         result = self.built[key]
         if isinstance(result, str):
             pytest.fail(result, pytrace=False)
         return result
 
-    def build(self, cls: "type[Engine]", root: Path, pin: Pin) -> "Engine | str":
+    def build(self, cls: "type[Engine]", root: Path, pin: Pin, **options: Any) -> "Engine | str":
         """The engine, or the one line every test of this (engine, pin) fails with: the class leaves a
         core method abstract (:func:`oracles.engines.contract.abstract_refusal`, before anything loads),
         its construction failed, it lacks a member the contract requires
@@ -181,7 +183,7 @@ class EngineLoader:
             return f"{cannot}: {abstract}; tried once per run"
         start = time.perf_counter()
         try:
-            engine = cls(root, pin, self.threads, **self.engine_kwargs(cls.id))
+            engine = cls(root, pin, self.threads, **self.engine_kwargs(cls.id), **options)
         except Exception as exc:  # noqa: BLE001 - any load error, kept as one line for every test of the pair
             where = "" if isinstance(exc, OracleError) else f" (raised at {_raised_at(exc)})"
             return f"{cannot}: {_one_line(exc)}{where}; tried once per run"
@@ -196,7 +198,7 @@ class EngineLoader:
         if refusal is not None:
             return refusal
         install_checks(engine)
-        self.emit("engine_loaded", name=cls.id, pin=pin.name, seconds=round(seconds, 4), **engine.describe())
+        self.emit("engine_loaded", name=engine.id, pin=pin.name, seconds=round(seconds, 4), **engine.describe())
         return engine
 
     @staticmethod
@@ -247,6 +249,26 @@ def port(engines: Engines, port_id: str, port_pin: str) -> Engine:
     """This test's port engine (parameter ``port_id``) on its port pin: this test's pin, or the
     ``--port-pin`` artifact paired with it (:mod:`oracles.pins.pairing`)."""
     return engines(port_id, port_pin)
+
+
+@pytest.fixture
+def judge(engines: Engines, pytestconfig: pytest.Config, pins: PinCache, pin: str, port_pin: str,
+          port: Engine) -> Judge:
+    """How this port test holds the port on its port pin against the reference on its pin
+    (:func:`oracles.pins.pairing.judgment_of`): exactly, or within the band of the reference run in the
+    port's dtype (built on first use), naming the port's translations in every verdict."""
+    from oracles.errors import PinError
+    from oracles.families.execution.judged import Judge
+    from oracles.pins.pairing import judgment_of
+    from oracles.plugin.state import settings_of
+
+    try:
+        judgment = judgment_of(pins(pin), pins(port_pin))
+    except PinError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    reference = settings_of(pytestconfig).reference
+    band = None if judgment.exact else (lambda: engines(reference, pin, dtype=judgment.dtype))
+    return Judge(judgment, port.tolerance(), band, port.translation_notes())
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ so the hooks and collection read them without importing the fixtures (which pyte
 
 #: The parameters the plugin fills, and the fixtures it gives: a test using one activates the session.
 PARAMETERS = frozenset({"pin", "engine_id", "port_id", "port_pin"})
-FIXTURES = frozenset({"engines", "engine", "reference", "port", "pin_file", "pins", "runs", "receipt", "verified_snapshot",
-                      "snapshot_overrides"}) | PARAMETERS
+FIXTURES = frozenset({"engines", "engine", "reference", "port", "judge", "pin_file", "pins", "runs", "receipt",
+                      "verified_snapshot", "snapshot_overrides"}) | PARAMETERS
 #: The internal mark a test gets when its pin lacks its family's token ids (refused after deselection).
 TOKENS_MISSING = "oracles_tokens_missing"

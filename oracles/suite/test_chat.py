@@ -21,6 +21,7 @@ from oracles.engines.base import Engine
 from oracles.families import DEFAULT_PIN
 from oracles.families.execution import runs as ex
 from oracles.families.execution.chat import ChatRecord
+from oracles.families.execution.judged import Judge
 from oracles.plugin.fixtures import Runs
 from oracles.receipts.table import Receipt
 from oracles.receipts.units import attach_unit
@@ -144,19 +145,41 @@ def _held_port(what: str, ref_logits: Any, port_logits: Any, receipt: Receipt, t
     assert_within_thresholds(what, fig, tolerance=tolerance)
 
 
+def _shared_turns(ref: Any, *others: Any) -> int:
+    """How many leading turns have the same prompt on every run: each turn up to and including the first
+    whose tokens differ on some run (its warm logits are read before its tokens, from the shared prompt)."""
+    n = min(len(ref.turns), *(len(o.turns) for o in others))
+    for i in range(n):
+        if any(first_divergence(ref.turns[i].tokens, o.turns[i].tokens) is not None for o in others):
+            return i + 1
+    return n
+
+
 @pytest.mark.port
-def test_chat_vs_reference(runs: Runs, reference: Engine, port: Engine, record: ChatRecord,
+def test_chat_vs_reference(runs: Runs, reference: Engine, port: Engine, judge: Judge, record: ChatRecord,
                            receipt: Receipt) -> None:
     """Port vs reference (marker port): each turn's suffix ids and tokens equal, warm next-token logits
-    within the port's thresholds (``port.tolerance()``, oracles.checks.port)."""
+    within the port's bounds (``port.tolerance()``, oracles.checks.port). Under a band judgment
+    (oracles.checks.judgment) the turns whose prompt the band engine, the reference and the port share
+    are held to the band and their suffix ids compared; tokens may change at a near tie there."""
     ref, got = ex.chat(runs, reference, record), ex.chat(runs, port, record)
     firsts = [first_divergence(a.tokens, b.tokens) for a, b in zip(ref.turns, got.turns)]
-    receipt.update(request_sha256=record.sha256, kind="chat", first_divergent_token_per_turn=firsts)
+    receipt.update(request_sha256=record.sha256, kind="chat", first_divergent_token_per_turn=firsts,
+                   judgment=judge.judgment.as_json(), translations=list(judge.translations))
     assert len(got.turns) == len(ref.turns), (f"{record.id}: the port ran {len(got.turns)} turns, the reference "
                                               f"{len(ref.turns)} (port: {got.stopped}; reference: {ref.stopped})")
-    warm_ref = np.stack([t.warm for t in ref.turns])
-    warm_port = np.stack([t.warm for t in got.turns])
-    _held_port(f"{record.id}: warm next-token logits per turn", warm_ref, warm_port, receipt, port.tolerance())
-    for a, b in zip(ref.turns, got.turns):
+    turns, tolerance = len(ref.turns), judge.own
+    if not judge.judgment.exact and judge.band is not None:
+        band = ex.chat(runs, judge.band(), record)
+        turns = _shared_turns(ref, got, band)
+        tolerance, figures = judge.bounds(runs, ("chat", record.id, turns), np.stack([t.warm for t in ref.turns[:turns]]),
+                                          lambda _engine: np.stack([t.warm for t in band.turns[:turns]]))
+        receipt.update(band=figures, held_turns=turns, tolerance=tolerance.name)
+    warm_ref = np.stack([t.warm for t in ref.turns[:turns]])
+    warm_port = np.stack([t.warm for t in got.turns[:turns]])
+    _held_port(judge.label(f"{record.id}: warm next-token logits per turn"), warm_ref, warm_port, receipt, tolerance)
+    for a, b in zip(ref.turns[:turns], got.turns[:turns]):
         assert_ids_equal(b.suffix, a.suffix, f"{record.id} turn {a.index + 1}: suffix ids")
-        assert_ids_equal(b.tokens, a.tokens, f"{record.id} turn {a.index + 1}: port {port.id} tokens vs reference")
+        if judge.judgment.exact:
+            assert_ids_equal(b.tokens, a.tokens, judge.label(f"{record.id} turn {a.index + 1}: port {port.id} tokens "
+                                                             "vs reference"))

@@ -18,6 +18,7 @@ from oracles.checks.bisect import noise_floor
 from oracles.checks.exact import assert_bits_equal
 from oracles.engines.base import Engine
 from oracles.engines.taps import Taps
+from oracles.families.execution.judged import Judge
 from oracles.families.execution.localise import localise
 from oracles.faults.panel import PING
 from oracles.plugin.fixtures import Runs
@@ -54,14 +55,18 @@ def test_stream_row_L_through_final_norm(runs: Runs, engine: Engine, receipt: Re
 
 
 @pytest.mark.port
-def test_bisect_faithful_port(runs: Runs, reference: Engine, port: Engine, receipt: Receipt) -> None:
-    """A faithful port (mlx-lm against transformers) has no stage over its budget on "ping"; every
-    stage's NMSE and its ratio to the calibrated noise floor are recorded."""
-    tolerance = port.tolerance()
+def test_bisect_faithful_port(runs: Runs, reference: Engine, port: Engine, judge: Judge, receipt: Receipt) -> None:
+    """A faithful port (mlx-lm against transformers; a quantized artifact against its dequantized
+    reference) has no stage over its budget on "ping": float32's budgets, or under a band judgment
+    those calibrated on the band (oracles.families.execution.judged); every stage's NMSE and its ratio
+    to the noise floor are recorded."""
+    ids = list(PING.bind(reference.pin).ids)
+    tolerance = judge.bisect_tolerance(runs, reference, ids, judge.own)
     report = localise(_Cached(reference, taps(runs, reference)), _Cached(port, taps(runs, port)),
-                      list(PING.bind(reference.pin).ids), PING.id, tolerance=tolerance)
+                      ids, PING.id, tolerance=tolerance)
     floors = [s["nmse"] / noise_floor(s["depth"], tolerance=tolerance) for s in report["stages"]]
-    receipt.update(kind="bisect", pin=reference.pin, record=PING.id, reference=reference.id, port=port.id,
+    receipt.update(kind="bisect", pin=reference.pin, port_pin=port.pin, judgment=judge.judgment.as_json(),
+                   translations=list(judge.translations), record=PING.id, reference=reference.id, port=port.id,
                    stages=report["stages"], divergent=report["divergent"], nmse_over_floor_max=max(floors))
     over = [(s["name"], s["nmse"], s["budget"]) for s in report["stages"] if s["over"]]
     assert report["divergent"] is None and not over, f"{port.id} vs {reference.id} on ping: stages over budget {over[:4]}"

@@ -95,6 +95,12 @@ class TorchReference(TorchCohort):
         threads: ``torch.set_num_threads`` value; 0 leaves torch's default.
         device: ``"cpu"`` (the default, :attr:`device`), ``"cuda"`` or ``"mps"`` (``--reference-device``;
             float32 with TF32 off on CUDA: :mod:`oracles.engines.torch.cuda`).
+        dtype: ``"float32"`` (the reference), or ``"bfloat16"`` / ``"float16"``: the same code with the
+            weights cast and every activation computed in that dtype, the band a reduced-precision port is
+            calibrated against; its id is then ``torch@<dtype>``. Outputs are float32 numpy either way.
+
+    Raises:
+        ValueError: another ``dtype``.
     """
 
     id = "torch"
@@ -124,8 +130,18 @@ class TorchReference(TorchCohort):
                     f"pin {pin.name} is {pin.model_class}")
         return None
 
-    def __init__(self, root: Path, pin: Pin, threads: int = 0, device: str | None = None) -> None:
+    #: The compute dtypes this engine runs in: float32 is the reference; a lower one is the band engine
+    #: a reduced-precision port is calibrated against (:mod:`oracles.checks.judgment`).
+    DTYPES: ClassVar[tuple[str, ...]] = ("float32", "bfloat16", "float16")
+
+    def __init__(self, root: Path, pin: Pin, threads: int = 0, device: str | None = None,
+                 dtype: str = "float32") -> None:
         super().__init__(root, pin, threads)
+        if dtype not in self.DTYPES:
+            raise ValueError(f"engine {self.id}: dtype {dtype!r}; expected one of {', '.join(self.DTYPES)}")
+        self.dtype = dtype
+        if dtype != "float32":  # its own runs: the session's runs are keyed by engine id and pin
+            self.id = f"{type(self).id}@{dtype}"  # type: ignore[misc]  # an instance id, one per dtype
         hub_offline()
         import torch
         from transformers import AutoTokenizer
@@ -138,7 +154,7 @@ class TorchReference(TorchCohort):
         if threads > 0:
             torch.set_num_threads(threads)
         self.tokenizer = AutoTokenizer.from_pretrained(self.root)
-        self.model = model_class(self.root).from_pretrained(self.root, dtype=torch.float32,
+        self.model = model_class(self.root).from_pretrained(self.root, dtype=getattr(torch, dtype),
                                                             device_map=self.device).eval()
         cfg = self.model.config.get_text_config()  # a VL config holds the text model's under text_config
         self.vocab_size = int(cfg.vocab_size)
@@ -165,7 +181,7 @@ class TorchReference(TorchCohort):
         import torch
 
         return {**super().describe(), "model_class": type(self.model).__name__, "threads": torch.get_num_threads(),
-                "dtype": "float32", "device": self.device, **self._device_facts, "torch": str(torch.__version__)}
+                "dtype": self.dtype, "device": self.device, **self._device_facts, "torch": str(torch.__version__)}
 
     # -- forward and cache --------------------------------------------------------------------
     def make_cache(self) -> Any:
@@ -236,7 +252,7 @@ class TorchReference(TorchCohort):
     def _from_f4(self, a: np.ndarray) -> Any:
         import torch
 
-        return torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32)).to(self.device)
+        return torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32)).to(self.device, dtype=getattr(torch, self.dtype))
 
     def is_trimmable(self, cache: Any) -> bool:
         """A transformers cache can be cropped when every layer can: attention layers always,
