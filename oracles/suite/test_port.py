@@ -88,7 +88,7 @@ def _tokens_held(what: str, ref_tokens: Any, port_tokens: Any, judge: Judge) -> 
 
 @pytest.mark.parametrize("record", PROMPTS, ids=[p.id for p in PROMPTS], indirect=True)
 def test_prefill_vs_reference(runs: Runs, reference: Engine, port: Engine, judge: Judge, record: PromptRecord,
-                              receipt: Receipt) -> None:
+                              receipt: Receipt, pytestconfig: pytest.Config) -> None:
     """Prompt records (test_forward's prefills): ids, then every row's logits within the port's bounds."""
     ids = port.chat_ids(record.message_list)
     assert_ids_equal(ids, reference.chat_ids(record.message_list), f"{record.id}: port vs reference chat-template ids")
@@ -98,6 +98,36 @@ def test_prefill_vs_reference(runs: Runs, reference: Engine, port: Engine, judge
     _judged(f"{record.id}: prefill logits, port {port.id} on {port.pin} vs {reference.id}", ("prefill", record.id),
             ref.logits, got.logits, runs, judge, receipt, lambda band: ex.prefill(runs, band, record).logits,
             localise_on=(reference, port, record))
+    _artifact_units("prefill", record, receipt, pytestconfig, runs, judge,
+                    {reference: (None, ref.logits), port: (None, got.logits)}, ("prefill", record.id),
+                    lambda band: ex.prefill(runs, band, record).logits)
+
+
+def _artifact_units(kind: str, record: PromptRecord, receipt: Receipt, pytestconfig: pytest.Config, runs: Runs,
+                    judge: Judge, sides: dict[Engine, tuple[Any, Any]], band_key: Any, band_rows: Callable[[Engine], Any],
+                    band_tokens: Any = None) -> None:
+    """The comparable units of a ``--port-pin`` pair (``oracles compare --ref-pin REF --port-pin ARTIFACT``):
+    the port's on the artifact pin; the reference's when no engine family runs on its pin in this session
+    (a dequantized reference: otherwise that family's test attaches it, and one key is one unit); the band
+    engine's (``torch@bfloat16`` on the reference pin) under a band judgment, its rows those the band was
+    measured on. ``sides``: engine -> (tokens or None, ``[T, V]`` logits)."""
+    from oracles.families import family_of
+    from oracles.plugin.state import settings_of
+    from oracles.receipts.units import attach_unit
+
+    (reference, _), (port, _) = sides.items()
+    if port.pin == reference.pin:
+        return
+    family = family_of({"mtplx"})
+    ours = settings_of(pytestconfig).pins_for(family)
+    role = "logits" if kind == "prefill" else "step_logits"
+    units = [(e, t, lg) for e, (t, lg) in sides.items() if e is port or reference.pin not in ours]
+    if judge.band is not None:
+        band = judge.band()
+        units.append((band, band_tokens, runs(("band", band_key, band.id, band.pin), lambda: band_rows(band))))
+    for engine, tokens, logits in units:
+        attach_unit(receipt, kind, request_sha256=record.sha256, pin=engine.pin, engine=engine.id, record=record.id,
+                    ids=record.ids, tokens=tokens, argmax=logits.argmax(-1), arrays={role: logits})
 
 
 def _steps_band(record: PromptRecord, tokens: Any, rows: int) -> Callable[[Engine], Any]:
@@ -107,7 +137,7 @@ def _steps_band(record: PromptRecord, tokens: Any, rows: int) -> Callable[[Engin
 
 @pytest.mark.parametrize("record", ex.GENERATION, ids=[r.id for r in ex.GENERATION], indirect=True)
 def test_decode_vs_reference(runs: Runs, reference: Engine, port: Engine, judge: Judge, record: PromptRecord,
-                             receipt: Receipt) -> None:
+                             receipt: Receipt, pytestconfig: pytest.Config) -> None:
     """Greedy cache-continuation decode: the cached step logits within the bounds; the same tokens
     (under a band: a token changes only at a near tie)."""
     ref, got = ex.decode(runs, reference, record), ex.decode(runs, port, record)
@@ -117,6 +147,9 @@ def test_decode_vs_reference(runs: Runs, reference: Engine, port: Engine, judge:
     n = compared_rows(ref.tokens, got.tokens)
     _judged(f"{record.id}: decode step logits (first {n} steps)", ("steps", record.id, n), ref.step_logits[:n],
             got.step_logits[:n], runs, judge, receipt, _steps_band(record, ref.tokens, n))
+    _artifact_units("decode", record, receipt, pytestconfig, runs, judge,
+                    {reference: (ref.tokens, ref.step_logits), port: (got.tokens, got.step_logits)},
+                    ("steps", record.id, n), _steps_band(record, ref.tokens, n), band_tokens=ref.tokens[:n])
     _tokens_held(f"{record.id}: port {port.id} greedy decode vs reference", ref.tokens, got.tokens, judge)
 
 
