@@ -80,6 +80,9 @@ FAMILIES: tuple[Family, ...] = (
     Family("faults", "fault panel: ports with one injected fault each held to every family's checks, the "
                      "detection matrix, and bisect naming the layer", runs="faults", port_scoped=False,
            default_pins=TEXT_PINS, tokens="mtplx"),
+    Family("graded", "quantization cost and bfloat16 bands, graded with llama-perplexity's --kl-divergence "
+                     "statistics over the shipped corpus", runs="graded", port_scoped=False,
+           default_pins=(DEFAULT_PIN, "smollm2-mlx-q8-dequant", "smollm2-mlx-q4-dequant")),
     Family("port", "a port engine held against the reference, record by record", runs="mtplx", default_pins=TEXT_PINS,
            tokens="mtplx"),
 )
