@@ -6,14 +6,22 @@ generation, chat turns, d1 and clef read-outs), matched pin by pin by ``(kind, r
 another pin's port units instead (an fp32 pin against a converted one). No path or nodeid is in the
 key, so receipts from different machines compare, and one receipt that holds both engines compares
 with itself. Per match: ids equal, argmax agreement, max |Δlogit|, NMSE, KL(ref‖port), first
-divergent token; read-outs add max |Δp| and whether the answer agrees. The thresholds are
-:data:`oracles.checks.tolerance.FLOAT32`, held on the rows the family's port test holds
-(:func:`oracles.receipts.compare.held_rows`):
+divergent token; read-outs add max |Δp| and whether the answer agrees. The thresholds are held on
+the rows the family's port test holds (:func:`oracles.receipts.compare.held_rows`):
 every prompt position of a prefill or a clef row (text and picture tokens, beside its read-out), a d1
 read-out's slot, a greedy decode's or generation's steps through the first divergent token, a sampled
 generation's first step (its tokens are recorded, not held), so a unit passes here
-exactly when its family's port test passes it on the same logits, for a port held to FLOAT32
-(a receipt records no port's own tolerance).
+exactly when its family's port test passes it on the same logits, for a port held to FLOAT32.
+
+Which thresholds: each pin pair's judgment, from its two pins' precision in this project's pin store
+(:func:`oracles.pins.pairing.judgment_of`, as the port tests choose it). ``exact``:
+:data:`oracles.checks.tolerance.FLOAT32` (a receipt records no port's own tolerance). ``band``: each
+unit's bound from the band unit of the reference receipt (engine ``<reference>@<dtype>`` on the
+reference pin: :func:`oracles.receipts.compare.band_bound`); a greedy token may then change where the
+held rows allow it. A pair the judgment refuses (a quantized artifact against a reference without its
+weights) is refused, or with ``--graded`` its figures are printed and recorded as ``graded``: no
+verdict, and the exit status does not depend on them. A pin not in the store is judged exact when
+both sides are that pin (another machine's receipt), else refused.
 
 Units present in one receipt only are listed (a port may run a sample), not an error, and the
 summary line says so; ``--require-all`` makes a reference unit without a port unit a failure. A
@@ -22,10 +30,11 @@ The npz sidecar is the one the JSON names, else the JSON's namesake ``<stem>.npz
 A comparison JSON is written exclusively, after every input is checked (a bad input is refused first): a
 taken ``--out`` is refused before anything is printed; the default name gains ``-2``, ``-3`` ... when taken
 (two comparisons in one second), never overwriting one.
-Exit status: 0 all held units within thresholds; 1 a threshold passed, no unit matched or held, or
-(``--require-all``) a reference unit unmatched; 2 bad input (a receipt of another schema, one without
-units, an engine or pin the receipt lacks, the reference compared with its own records, a missing npz
-sidecar, a unit without its array, a malformed field: file, record and field named). No torch import.
+Exit status: 0 all held units within thresholds (or every matched unit graded); 1 a threshold passed,
+no unit matched or held, or (``--require-all``) a reference unit unmatched; 2 bad input (a receipt of
+another schema, one without units, an engine or pin the receipt lacks, the reference compared with its
+own records, a missing npz sidecar, a unit without its array, a malformed field: file, record and field
+named; a pin pair nothing judges, a pin not in the store, a band pair without band units). No torch import.
 """
 
 from __future__ import annotations
@@ -35,15 +44,29 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from oracles.errors import ReceiptError
-from oracles.receipts.compare import LEGEND, PinPair, compare_pair, listing, plan, summary_figures, table, worst_line
+from oracles.checks.judgment import Judgment
+from oracles.checks.tolerance import FLOAT32
+from oracles.errors import PinError, ReceiptError
+from oracles.receipts.compare import (
+    LEGEND,
+    PinPair,
+    band_bound,
+    compare_pair,
+    listing,
+    plan,
+    summary_figures,
+    table,
+    worst_line,
+)
 from oracles.receipts.files import dump_json, load_json, write_exclusive
 from oracles.receipts.sidecar import find_sidecar, load_npz
 from oracles.receipts.units import Unit
 from oracles.receipts.units_reader import no_units, unit_array, units_of
 
-#: 3: units keyed with their pin; rows name both pins and engines; ``pins`` holds one entry a pin pair.
-SCHEMA = 3
+#: 4: each ``pins`` entry has its ``judgment`` (``kind``, ``dtype``, ``why``) and each row its ``tolerance``
+#: (and ``band``, the band's figures, under a band); 3: units keyed with their pin, rows name both pins
+#: and engines, ``pins`` holds one entry a pin pair.
+SCHEMA = 4
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -56,6 +79,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ref-pin", default=None, help="compare only this pin's reference units (with --port-pin: "
                                                         "across pins); default: pin by pin")
     parser.add_argument("--port-pin", default=None, help="compare only this pin's port units; default: --ref-pin")
+    parser.add_argument("--graded", action="store_true",
+                        help="a pin pair nothing judges (a quantized artifact against a reference without its "
+                             "weights): print and record its figures as graded, with no verdict (default: refused)")
     parser.add_argument("--require-all", action="store_true",
                         help="exit 1 when a reference unit has no port unit "
                              "(default: listed, not failed, as a port may run a sample)")
@@ -115,12 +141,14 @@ _MAX_SUFFIX = 1000
 
 
 def _pairs(args: argparse.Namespace, ref_receipt: dict[str, Any], port_receipt: dict[str, Any]) -> list[PinPair]:
-    """The pin pairs to compare (:func:`oracles.receipts.compare.plan`) from the two receipts' units.
+    """The pin pairs to compare (:func:`oracles.receipts.compare.plan`) from the two receipts' units,
+    each judged (:func:`_judge`).
 
     Raises:
         ReceiptError: a malformed unit (:func:`oracles.receipts.units_reader.units_of`), a receipt without units
             (:func:`oracles.receipts.units_reader.no_units`), an engine or pin not present,
-            the reference as its own port.
+            the reference as its own port; a band pair without band units (:func:`_judge`).
+        PinError: a pair nothing judges (without ``--graded``) or a pin not in the store (:func:`_judgment`).
     """
     ref_all, port_all = units_of(ref_receipt, args.ref), units_of(port_receipt, args.port)
     for units, receipt, path in ((ref_all, ref_receipt, args.ref), (port_all, port_receipt, args.port)):
@@ -131,8 +159,85 @@ def _pairs(args: argparse.Namespace, ref_receipt: dict[str, Any], port_receipt: 
         _present(port_all, args.port_engine, args.port, "--port-engine")
     pins = None if args.ref_pin is None and args.port_pin is None else (args.ref_pin or args.port_pin,
                                                                          args.port_pin or args.ref_pin)
-    return plan(ref_all, port_all, ref_engine, args.port_engine, pins, _same_records(args, ref_receipt, port_receipt),
-                (args.ref, args.port))
+    pairs = plan(ref_all, port_all, ref_engine, args.port_engine, pins, _same_records(args, ref_receipt, port_receipt),
+                 (args.ref, args.port))
+    for pair in pairs:
+        _judge(pair, ref_all, args)
+    return pairs
+
+
+def _judgment(ref_pin: str, port_pin: str, graded: bool) -> tuple[Judgment | None, str | None]:
+    """The judgment of a pin pair (:func:`oracles.pins.pairing.judgment_of` of the two pins in the store of
+    this run), or, with ``graded``, None and why the pair has none.
+
+    Raises:
+        PinError: a pin not in the store while the two sides are different pins (the pin and the folders
+            searched); a pair the judgment refuses, without ``graded`` (its line); a malformed pin file.
+    """
+    from oracles.pins import pairing
+    from oracles.pins.pin import store
+
+    where = store()
+    missing = [name for name in dict.fromkeys((ref_pin, port_pin)) if where.path(name) is None]
+    if missing and ref_pin == port_pin:
+        return Judgment("exact", f"pin {ref_pin} on both sides (not in {where.describe()}): held to float32"), None
+    if missing:
+        raise PinError(f"pin {missing[0]!r} of the pair {ref_pin}/{port_pin} is not in {where.describe()}: its "
+                       "precision decides the thresholds (oracles --pins-dir DIR compare ...: the folder holding its pin file)")
+    try:
+        return pairing.judgment_of(where.load(ref_pin), where.load(port_pin)), None
+    except PinError as exc:
+        if not graded:
+            raise PinError(f"{exc}; or oracles compare --graded: its figures, with no verdict") from None
+        return None, str(exc)
+
+
+def _judge(pair: PinPair, ref_all: list[Unit], args: argparse.Namespace) -> None:
+    """Set ``pair``'s judgment (:func:`_judgment`) and, under a band, its band units: the reference
+    receipt's units of engine ``<reference engine>@<dtype>`` on the reference pin.
+
+    Raises:
+        ReceiptError: a band pair where a matched unit with an array has no band unit (how many, the
+            first named, and how to attach them).
+        PinError: as :func:`_judgment`.
+    """
+    pair.judgment, pair.graded = _judgment(pair.ref_pin, pair.port_pin, args.graded)
+    if pair.judgment is None or pair.judgment.exact:
+        return
+    engine = f"{pair.ref_engine}@{pair.judgment.dtype}"
+    pair.band = {u.key[:3]: u for u in ref_all if u.engine == engine and u.pin == pair.ref_pin}
+    lacking = [r for r, _ in pair.matched if r.arrays and r.key[:3] not in pair.band]
+    if lacking:
+        raise ReceiptError(f"{args.ref}: {len(lacking)} of {len(pair.matched)} matched units of pins "
+                           f"{pair.ref_pin}/{pair.port_pin} have no band unit (engine {engine} on pin {pair.ref_pin}; "
+                           f"first: {lacking[0].kind} {lacking[0].label}), and the {pair.judgment.dtype} band judges "
+                           f"them: run the port tests with --port-pin {pair.ref_pin}={pair.port_pin}, which attach "
+                           "them, and compare that receipt")
+
+
+def _rows(pair: PinPair, args: argparse.Namespace, ref_npz: Any, port_npz: Any) -> list[dict[str, Any]]:
+    """The comparison rows of one judged pair (:func:`oracles.receipts.compare.compare_pair`): to FLOAT32
+    (exact), to each unit's band bound (band), or graded (its figures; no failure, status ``graded``).
+
+    Raises:
+        ReceiptError: a unit without its array (:func:`oracles.receipts.units_reader.unit_array`), a band
+            unit whose rows do not fit (:func:`oracles.receipts.compare.band_bound`).
+    """
+    rows = []
+    for r, p in pair.matched:
+        a, b = unit_array(r, ref_npz, args.ref), unit_array(p, port_npz, args.port)
+        if pair.judgment is None:
+            row = compare_pair(r, p, a, b)
+            row.update(tolerance=None, failures=[], held=[], status="graded", ok=None)
+        elif pair.judgment.exact:
+            row = compare_pair(r, p, a, b)
+        else:
+            q = pair.band.get(r.key[:3])  # None only for a unit without an array: nothing for a bound to hold
+            bound, band = (FLOAT32, None) if q is None else band_bound(r, p, q, a, b, unit_array(q, ref_npz, args.ref))
+            row = compare_pair(r, p, a, b, bound, tokens_held=False)
+            row["band"] = band
+        rows.append(row)
+    return rows
 
 
 def _print_pairs(pairs: list[PinPair], rows: dict[int, list[dict[str, Any]]]) -> None:
@@ -142,7 +247,8 @@ def _print_pairs(pairs: list[PinPair], rows: dict[int, list[dict[str, Any]]]) ->
         counts = summary_figures(mine)["by_kind"]
         kinds = ", ".join(f"{k} {c}" for k, c in counts.items())
         print(f"== {pair.title}: {len(mine)} units matched{f' ({kinds})' if kinds else ''}, "
-              f"{len(pair.ref_only)} only in the reference, {len(pair.port_only)} only in the port")
+              f"{len(pair.ref_only)} only in the reference, {len(pair.port_only)} only in the port; judged "
+              f"{_verdict(pair)}")
         if mine:
             print("\n".join([*table(mine), worst_line(summary_figures(mine))]))
     for pair in pairs:
@@ -158,8 +264,7 @@ def run(args: argparse.Namespace) -> int:
     ref_npz_path, ref_note = find_sidecar(ref_receipt, args.ref)
     port_npz_path, port_note = find_sidecar(port_receipt, args.port)
     ref_npz, port_npz = load_npz(ref_npz_path, args.ref), load_npz(port_npz_path, args.port)
-    rows = {n: [compare_pair(r, p, unit_array(r, ref_npz, args.ref), unit_array(p, port_npz, args.port))
-                for r, p in pair.matched] for n, pair in enumerate(pairs)}
+    rows = {n: _rows(pair, args, ref_npz, port_npz) for n, pair in enumerate(pairs)}
     _refuse_taken(args.out)  # every input refusal above comes first: a bad input is the thing to fix
     every = [row for n in rows for row in rows[n]]
     ref_only = [u for pair in pairs for u in pair.ref_only]
@@ -169,8 +274,10 @@ def run(args: argparse.Namespace) -> int:
     missing = (f"; FAIL (--require-all): {len(ref_only)} reference units have no port unit" if args.require_all else
                " (not compared, not failed: a port may run a sample; --require-all fails on them)") if ref_only else ""
     engines = ", ".join(sorted({p.port_engine for p in pairs if p.port_engine})) or "none"
+    judged = [row for row in every if row["status"] != "graded"]
+    graded = f", {len(every) - len(judged)} of them graded (no verdict)" if len(judged) < len(every) else ""
     print(f"reference {pairs[0].ref_engine if pairs else '-'} ({args.ref}) vs port {engines} ({args.port}): "
-          f"{len(every)} units matched on {sum(bool(rows[n]) for n in rows)} pins, {len(ref_only)} only in the "
+          f"{len(every)} units matched on {sum(bool(rows[n]) for n in rows)} pins{graded}, {len(ref_only)} only in the "
           f"reference, {len(port_only)} only in the port{missing}")
     _print_pairs(pairs, rows)
     figures = summary_figures(every)
@@ -180,19 +287,35 @@ def run(args: argparse.Namespace) -> int:
     else:
         print("no unit matched: no (kind, request sha256, unit) of the reference's units is among the port's on a "
               "compared pin; nothing was compared")
-    held = any(r["ok"] is True for r in every)
+    held = any(r["ok"] is True for r in judged) or (bool(every) and not judged)  # graded alone: no verdict
     result = {"schema": SCHEMA, "ref": str(args.ref), "port": str(args.port),
               "ref_arrays": None if ref_npz_path is None else str(ref_npz_path),
               "port_arrays": None if port_npz_path is None else str(port_npz_path), "require_all": args.require_all,
               "pins": [{"ref_pin": p.ref_pin, "port_pin": p.port_pin, "ref_engine": p.ref_engine,
-                        "port_engine": p.port_engine, "figures": summary_figures(rows[n])} for n, p in enumerate(pairs)],
+                        "port_engine": p.port_engine, "judgment": _judgment_json(p), "figures": summary_figures(rows[n])}
+                       for n, p in enumerate(pairs)],
               "figures": figures, "rows": every,
               "unmatched": {"ref_only": [[*u.key, u.label] for u in ref_only],
                             "port_only": [[*u.key, u.label] for u in port_only]},
-              "all_ok": held and all(r["ok"] is not False for r in every) and not (args.require_all and ref_only)}
+              "all_ok": held and all(r["ok"] is not False for r in judged) and not (args.require_all and ref_only)}
     out = _write(args, result)
     print(f"comparison: {out}")
     return 0 if result["all_ok"] else 1
+
+
+def _verdict(pair: PinPair) -> str:
+    """``exact (float32): why``, ``band (bfloat16): why`` or ``graded (no verdict): why``, for the table."""
+    if pair.judgment is None:
+        return f"graded (no verdict): {pair.graded}"
+    return f"{pair.judgment.kind} ({pair.judgment.dtype}): {pair.judgment.why}"
+
+
+def _judgment_json(pair: PinPair) -> dict[str, Any]:
+    """The pair's judgment for the comparison JSON: ``{"kind", "dtype", "why"}``; ``kind`` ``graded``
+    (``dtype`` None) where nothing judges the pair."""
+    if pair.judgment is None:
+        return {"kind": "graded", "dtype": None, "why": pair.graded}
+    return pair.judgment.as_json()
 
 
 def _write(args: argparse.Namespace, result: dict[str, Any]) -> Path:

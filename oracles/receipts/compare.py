@@ -3,9 +3,12 @@
 The units (:mod:`oracles.receipts.units`) of one engine are keyed by ``(kind, request_sha256, unit, pin)``. A
 comparison holds the reference engine's units against the port engine's pin by pin: on each pin the
 two receipts share, the units with the same ``(kind, request_sha256, unit)``; or, given a pair of
-pins (an fp32 pin against a converted one), the reference pin's against the port pin's. The
-thresholds are :data:`oracles.checks.tolerance.FLOAT32` (a receipt records no port's own
-tolerance). Numpy only; ``oracles compare`` is the command.
+pins (an fp32 pin against a converted one), the reference pin's against the port pin's. Each pair
+is held as its pins' :class:`~oracles.checks.judgment.Judgment` says (``oracles compare`` chooses it):
+``exact``, to :data:`oracles.checks.tolerance.FLOAT32`; ``band``, each unit to
+:func:`~oracles.checks.judgment.band_tolerance` of the reference unit against the band unit (the
+reference engine run in the port's dtype, engine ``<reference>@<dtype>``, on the reference pin: the
+port tests attach it); or graded (figures, no verdict). Numpy only; ``oracles compare`` is the command.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from oracles.checks.judgment import Judgment, band_tolerance
 from oracles.checks.port import (
     compared_rows,
     first_divergence,
@@ -25,6 +29,7 @@ from oracles.checks.port import (
     readout_figures,
     threshold_failures,
 )
+from oracles.checks.tolerance import FLOAT32, Tolerance
 from oracles.errors import ReceiptError
 from oracles.receipts.units import Key, Unit
 
@@ -48,7 +53,9 @@ def by_key(units: list[Unit], path: Path) -> dict[Key, Unit]:
 @dataclass
 class PinPair:
     """One comparison of a pin's reference units against a pin's port units; ``port_engine`` is None
-    when the port holds no units to compare on that pin (its reference units are then all unmatched)."""
+    when the port holds no units to compare on that pin (its reference units are then all unmatched).
+    ``judgment``: how the pair is held (None: graded, ``graded`` says why nothing judges it); ``band``:
+    the band engine's units on the reference pin by ``(kind, request_sha256, unit)`` (a band judgment)."""
 
     ref_pin: str
     port_pin: str
@@ -57,6 +64,9 @@ class PinPair:
     matched: list[tuple[Unit, Unit]] = field(default_factory=list)
     ref_only: list[Unit] = field(default_factory=list)
     port_only: list[Unit] = field(default_factory=list)
+    judgment: Judgment | None = None
+    graded: str | None = None
+    band: dict[tuple[str, str, str], Unit] = field(default_factory=dict)
 
     @property
     def title(self) -> str:
@@ -68,12 +78,13 @@ class PinPair:
 
 def _port_engine(port: list[Unit], pin: str, ref_engine: str, same_run: bool, path: Path) -> str | None:
     """The port engine on ``pin`` by default: the one engine other than the reference's holding units of
-    it; else the reference's own in another run; else None (nothing to compare on that pin).
+    it; else the reference's own in another run; else None (nothing to compare on that pin). A band
+    engine (``torch@bfloat16``: an id with ``@``) is the reference's calibration, never a port.
 
     Raises:
         ReceiptError: several other engines hold units of ``pin`` (named; ``--port-engine`` chooses).
     """
-    present = {u.engine for u in port if u.pin == pin}
+    present = {u.engine for u in port if u.pin == pin and "@" not in u.engine}
     others = sorted(present - {ref_engine})
     if len(others) > 1:
         raise ReceiptError(f"{path}: pin {pin} holds units of engines {others}; choose one with --port-engine")
@@ -183,7 +194,7 @@ def _at_rows(fig: dict[str, Any], r: Unit, p: Unit) -> tuple[dict[str, Any], str
     return _renumbered(fig, at), name
 
 
-def _first_row_over(a: np.ndarray, b: np.ndarray, r: Unit) -> str:
+def _first_row_over(a: np.ndarray, b: np.ndarray, r: Unit, tolerance: Tolerance) -> str:
     """The first held row that passes a threshold on its own (there is one whenever the rows together
     pass one: NMSE over rows is a weighted mean of the rows' NMSEs, the other figures are per row),
     named as its family numbers it, with its failures and the token of its largest |Δlogit|, both values.
@@ -192,7 +203,7 @@ def _first_row_over(a: np.ndarray, b: np.ndarray, r: Unit) -> str:
     a2, b2 = a.reshape(-1, a.shape[-1]), b.reshape(-1, b.shape[-1])
     at = r.array_rows[:a2.shape[0]] if len(r.array_rows) >= a2.shape[0] else tuple(range(a2.shape[0]))
     for i in range(a2.shape[0]):
-        fails = threshold_failures(_renumbered(port_figures(a2[i], b2[i]), (at[i],)))
+        fails = threshold_failures(_renumbered(port_figures(a2[i], b2[i]), (at[i],)), tolerance=tolerance)
         if fails:
             t = int(np.abs(a2[i].astype(np.float64) - b2[i]).argmax())
             return (f"first {r.spec.row} over a threshold on its own: {r.spec.row} {at[i]} ({'; '.join(fails)}); "
@@ -222,8 +233,9 @@ def held_rows(r: Unit, p: Unit, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarra
     return a[:n], b[:n]
 
 
-def _logits(row: dict[str, Any], r: Unit, p: Unit, a: np.ndarray, b: np.ndarray) -> tuple[list[str], bool]:
-    """Hold the units' held rows (:func:`held_rows`) to the thresholds, adding the figures to ``row``.
+def _logits(row: dict[str, Any], r: Unit, p: Unit, a: np.ndarray, b: np.ndarray,
+            tolerance: Tolerance) -> tuple[list[str], bool]:
+    """Hold the units' held rows (:func:`held_rows`) to ``tolerance``, adding the figures to ``row``.
 
     Returns:
         The failures (the first names the rows held and the first row over a threshold, with both
@@ -242,17 +254,19 @@ def _logits(row: dict[str, Any], r: Unit, p: Unit, a: np.ndarray, b: np.ndarray)
     row["logits_rows"], row["max_abs_at"] = fig["rows"], fig["max_abs_at"]
     if r.keys is not None:
         row["argmax_agreement"] = fig["argmax_agreement"]
-    fails = threshold_failures(fig)
+    fails = threshold_failures(fig, tolerance=tolerance)
     if fails and r.spec.row != "slot":  # a d1 read-out's one row is its slot: nothing to name
         fails[0] = f"{r.spec.array} of {row['logits_at']}: {fails[0]}"
-        first = _first_row_over(*rows, r) if fig["rows"] > 1 else ""
+        first = _first_row_over(*rows, r, tolerance) if fig["rows"] > 1 else ""
         fails[0] += f"; {first}" if first else ""
     return fails, True
 
 
-def compare_pair(r: Unit, p: Unit, a: np.ndarray | None, b: np.ndarray | None) -> dict[str, Any]:
+def compare_pair(r: Unit, p: Unit, a: np.ndarray | None, b: np.ndarray | None, tolerance: Tolerance = FLOAT32,
+                 tokens_held: bool = True) -> dict[str, Any]:
     """One comparison row of a matched pair (``r`` reference, ``p`` port, ``a``/``b`` their logits as
-    :func:`oracles.receipts.units_reader.unit_array` returns them): figures, ``failures`` (one line each,
+    :func:`oracles.receipts.units_reader.unit_array` returns them), held to ``tolerance`` (its name in
+    ``row["tolerance"]``): figures, ``failures`` (one line each,
     reasons for exit 1; a logits failure names the rows held, numbered as the family's own test numbers
     them, ``logits_at``, and the first row over a threshold with both values), ``held`` (what was held
     to a threshold: ``tokens`` of a greedy kind, ``logits``, ``read-out``), ``status`` and ``ok``.
@@ -260,26 +274,29 @@ def compare_pair(r: Unit, p: Unit, a: np.ndarray | None, b: np.ndarray | None) -
     The logits held are the rows the kind's family holds (:func:`held_rows`): every prompt position of
     a prefill or a clef row (text and picture tokens, as test_port_logits); a d1 read-out's slot; a
     decode's or greedy generation's steps through the first divergent token; a sampled generation's
-    first step (its later tokens follow a draw, recorded, not held).
+    first step (its later tokens follow a draw, recorded, not held). ``tokens_held`` False (a band
+    judgment, as the port tests hold one): a greedy token may change, but only where the held step rows'
+    argmax check allows it (at the band's near tie), so divergent tokens fail nothing by themselves.
     ``status`` is ``"FAIL"`` (``ok`` False) when a failure is listed, ``"ok"`` (``ok`` True) when
     something was held and passed, and ``"recorded only"`` (``ok`` None) when nothing but the prompt
     ids was held (a generation without a step); such a row can fail only on its prompt ids."""
     row: dict[str, Any] = {"kind": r.kind, "unit": r.unit, "request_sha256": r.request_sha256, "label": r.label,
                            "ref_pin": r.pin, "port_pin": p.pin, "ref_engine": r.engine, "port_engine": p.engine,
-                           "ref_test": r.test, "port_test": p.test, "ids_equal": r.ids == p.ids}
+                           "ref_test": r.test, "port_test": p.test, "ids_equal": r.ids == p.ids,
+                           "tolerance": tolerance.name}
     fails = [] if row["ids_equal"] else [f"ids differ at position {first_divergence(r.ids, p.ids)}"]
     if r.tokens is not None and p.tokens is not None:
         row["first_divergent_token"] = first_divergence(r.tokens, p.tokens)
     row.update(_argmax_agreement(r, p, row.get("first_divergent_token")))
     held: list[str] = []
-    if r.spec.greedy and r.tokens is not None and p.tokens is not None:
+    if tokens_held and r.spec.greedy and r.tokens is not None and p.tokens is not None:
         held.append("tokens")
         if row["first_divergent_token"] is not None:
             fails.append(f"greedy tokens diverge at {row['first_divergent_token']}")
     if r.keys is not None and not row["ids_equal"]:
         row["logits"] = "not compared: the rows' ids differ"
     elif a is not None and b is not None:
-        logit_fails, compared = _logits(row, r, p, a, b)
+        logit_fails, compared = _logits(row, r, p, a, b, tolerance)
         fails += logit_fails
         held += ["logits"] if compared else []
     if r.keys is not None and p.keys is not None:
@@ -289,11 +306,34 @@ def compare_pair(r: Unit, p: Unit, a: np.ndarray | None, b: np.ndarray | None) -
             rf = readout_figures(r.keys, r.probs or [], p.probs or [])
             row.update(rf)
             held.append("read-out")
-            fails += readout_failures(rf)
+            fails += readout_failures(rf, tolerance=tolerance)
     row["failures"], row["held"] = fails, held
     row["status"] = "FAIL" if fails else ("ok" if held else "recorded only")
     row["ok"] = {"FAIL": False, "ok": True}.get(row["status"])
     return row
+
+
+def band_bound(r: Unit, p: Unit, q: Unit, a: np.ndarray | None, b: np.ndarray | None,
+               c: np.ndarray | None) -> tuple[Tolerance, dict[str, Any] | None]:
+    """The bound of the pair ``r``/``p`` under a band, :func:`~oracles.checks.judgment.band_tolerance` of
+    :data:`FLOAT32` and the figures (returned too: ``rows``, ``max_abs``, ``nmse``, ``kl_max``) of the
+    reference's held rows (:func:`held_rows`) against the band unit ``q``'s leading rows, at most as many
+    (``c`` ``[n, V]`` or ``[V]`` float32: the band engine on the reference's ids and tokens, the rows the
+    port test measured it on). :data:`FLOAT32` and None where no logits are held.
+
+    Raises:
+        ReceiptError: the band unit has no array, no row, or rows of another vocabulary (both shapes).
+    """
+    rows = None if a is None or b is None else held_rows(r, p, a, b)
+    if rows is None or isinstance(rows, str):
+        return FLOAT32, None
+    ref_rows = rows[0].reshape(-1, rows[0].shape[-1])
+    band = None if c is None else c.reshape(-1, c.shape[-1])[: ref_rows.shape[0]]
+    if band is None or band.shape[0] == 0 or band.shape[-1] != ref_rows.shape[-1]:
+        raise ReceiptError(f"{q.test}: band unit {q.kind} {q.label} of engine {q.engine} on pin {q.pin} has logits "
+                           f"{None if c is None else list(c.shape)}, not rows of the reference's {list(rows[0].shape)}")
+    fig = port_figures(ref_rows[: band.shape[0]], band)
+    return band_tolerance(FLOAT32, fig), {k: fig[k] for k in ("rows", "max_abs", "nmse", "kl_max")}
 
 
 def fmt(v: Any, spec: str, width: int) -> str:
@@ -307,11 +347,12 @@ LEGEND = ("prompt ids: the input token ids are equal; gen tokens: the generated 
           "greedy run's steps through the first divergent token, a sampled generation's first step (its tokens "
           "recorded only); recorded only: nothing held to a threshold (a generation without a step)")
 HEAD = (f"{'kind':<16} {'unit':<28} {'prompt ids':<10} {'argmax':>7} {'max|Δlogit|':>11} {'KL max':>9} "
-        f"{'max|Δp|':>9} {'answer':<20} {'gen tokens':>10}  status")
+        f"{'max|Δp|':>9} {'answer':<20} {'bound':<9} {'gen tokens':>10}  status")
 
 
 def table(rows: list[dict[str, Any]]) -> list[str]:
-    """One line per matched unit (``-`` where a figure does not apply), under :data:`HEAD`."""
+    """One line per matched unit (``-`` where a figure does not apply), under :data:`HEAD`; ``bound`` is
+    the name of the tolerance it was held to (``float32``, ``band x3``; ``none`` for a graded unit)."""
     lines = [HEAD, "-" * len(HEAD)]
     for r in rows:
         if "ref_key" in r:
@@ -324,12 +365,13 @@ def table(rows: list[dict[str, Any]]) -> list[str]:
         lines.append(f"{r['kind']:<16} {r['label'][:28]:<28} {'same' if r['ids_equal'] else 'DIFFER':<10} "
                      f"{fmt(r.get('argmax_agreement'), '.0%', 7)} {fmt(r.get('max_abs'), '.3e', 11)} "
                      f"{fmt(r.get('kl_max'), '.2e', 9)} {fmt(r.get('max_abs_dp'), '.2e', 9)} {answer[:20]:<20} "
-                     f"{gen:>10}  {status}")
+                     f"{r['tolerance'] or 'none':<9} {gen:>10}  {status}")
     return lines
 
 
 def summary_figures(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Worst figures over matched rows (None where no row has the figure), and the count per kind."""
+    """Worst figures over matched rows (None where no row has the figure), the count per kind, the
+    failed, recorded-only and graded (held to nothing: ``status`` ``graded``) counts."""
     def worst(name: str) -> float | None:
         vals = [r[name] for r in rows if r.get(name) is not None]
         return max(vals) if vals else None
@@ -338,16 +380,19 @@ def summary_figures(rows: list[dict[str, Any]]) -> dict[str, Any]:
     keys = [r["key_equal"] for r in rows if "key_equal" in r]
     kinds = sorted({r["kind"] for r in rows})
     return {"matched": len(rows), "by_kind": {k: sum(r["kind"] == k for r in rows) for k in kinds},
-            "failed": sum(r["ok"] is False for r in rows), "recorded_only": sum(r["ok"] is None for r in rows),
+            "failed": sum(r["ok"] is False for r in rows),
+            "recorded_only": sum(r["ok"] is None and r["status"] != "graded" for r in rows),
+            "graded": sum(r["status"] == "graded" for r in rows),
             "max_abs_logit": worst("max_abs"), "nmse_max": worst("nmse"), "kl_max": worst("kl_max"),
             "max_abs_dp": worst("max_abs_dp"), "argmax_agreement_min": min(agree) if agree else None,
             "answers_equal": f"{sum(keys)}/{len(keys)}" if keys else None}
 
 
 def worst_line(figures: dict[str, Any]) -> str:
-    """``worst: max_abs_logit 1.234e-04, ...`` from :func:`summary_figures` (counts per kind left out)."""
+    """``worst: max_abs_logit 1.234e-04, ...`` from :func:`summary_figures` (counts per kind left out, and
+    the graded count when 0)."""
     parts = [f"{k} {fmt(v, '.0%' if k.startswith('argmax') else '.3e', 0)}" if isinstance(v, float) else f"{k} {v}"
-             for k, v in figures.items() if v is not None and k != "by_kind"]
+             for k, v in figures.items() if v is not None and k != "by_kind" and (k, v) != ("graded", 0)]
     return "worst: " + ", ".join(parts)
 
 

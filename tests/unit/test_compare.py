@@ -39,8 +39,9 @@ def test_compare_within_thresholds(tmp_path: Path, capsys: pytest.CaptureFixture
     assert result["all_ok"] and row["ids_equal"] and row["first_divergent_token"] is None
     assert row["max_abs"] == pytest.approx(1e-4, rel=0.05) and row["argmax_agreement"] == 1.0
     assert (row["ref_engine"], row["port_engine"], row["ref_pin"], row["port_pin"]) == ("torch", "mlx", PIN, PIN)
+    exact = {"kind": "exact", "dtype": "float32", "why": f"port pin {PIN} computes in float32 on the weights of {PIN}"}
     assert result["pins"] == [{"ref_pin": PIN, "port_pin": PIN, "ref_engine": "torch", "port_engine": "mlx",
-                               "figures": result["figures"]}]
+                               "judgment": exact, "figures": result["figures"]}]
 
 
 def test_compare_never_overwrites(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
