@@ -23,8 +23,9 @@ from typing import Any
 
 from oracles.checks.tolerance import Tolerance
 
-#: How far past the band a reduced-precision port may be, per figure (max |Δlogit|, KL max; NMSE,
-#: a square, gets its square). Measured on SmolLM2-135M over 224 positions ("ping" and a 193-token
+#: How far past the band a reduced-precision port may be, per figure: max |Δlogit| (and the read-out
+#: and near-tie bounds derived from it) this ratio, NMSE and KL its square (both grow as the square of
+#: a small logit error: KL ~ Var(e) / 2). Measured on SmolLM2-135M over 224 positions ("ping" and a 193-token
 #: paragraph), against the float32 reference: mlx-lm bfloat16 vs transformers bfloat16 max |Δlogit|
 #: 1.50 vs 1.20 (ratio 1.25), KL mean 1.3e-3 vs 1.1e-3 (1.2), KL p99 6.9e-3 vs 4.5e-3 (1.5). Two
 #: implementations of bfloat16 round in different places, so per record the ratio varies around 1;
@@ -56,8 +57,8 @@ class Judgment:
 
 
 def band_tolerance(base: Tolerance, band: dict[str, Any], ratio: float = BAND_RATIO) -> Tolerance:
-    """``base`` with its port bounds set from the band's figures on one record: max |Δlogit| and KL max
-    ``ratio`` times the band's, NMSE ``ratio**2`` times (a squared error), the near tie and the
+    """``base`` with its port bounds set from the band's figures on one record: max |Δlogit| ``ratio``
+    times the band's, NMSE and KL max ``ratio**2`` times (each a square of the logit error), the near tie and the
     read-out bounds scaled from the band's max |Δlogit| as :data:`FLOAT32` derives them from its own
     (near tie twice it; max |Δp| half it, key margin twice that); bisect's noise floor the band's largest
     stage NMSE (``band["stage_nmse_max"]``, when measured) with margin ``ratio**2``.
@@ -77,7 +78,7 @@ def band_tolerance(base: Tolerance, band: dict[str, Any], ratio: float = BAND_RA
         bisect = {"bisect_floor_at_0": float(band["stage_nmse_max"]), "bisect_floor_per_layer": 0.0,
                   "bisect_margin": ratio ** 2, "bisect_sublayer_floor": float(band["stage_nmse_max"])}
     return replace(base, name=f"band x{ratio:g}", max_abs_logit=max_abs, max_nmse=ratio ** 2 * float(band["nmse"]),
-                   max_kl=ratio * float(band["kl_max"]), near_tie=2 * max_abs, max_abs_dp=max_abs / 2,
+                   max_kl=ratio ** 2 * float(band["kl_max"]), near_tie=2 * max_abs, max_abs_dp=max_abs / 2,
                    key_margin=max_abs, **bisect)
 
 
