@@ -38,6 +38,14 @@ _ROPE = ("rope_theta: mlx-lm reads 10000, transformers reads 100000.0 (rope_para
 #: untranslated load's max |Δlogit| and argmax agreement on "ping" against the reference on the same weights).
 KNOWN_AS_SHIPPED: dict[tuple[str, str], str] = {
     ("smollm2-135m-instruct", "0.32.2"): f"{_ROPE}; 'ping' (31 tokens): max |Δlogit| 9.96, argmax agreement 83.9 %",
+    # the mlx-lm conversions carry the source's rope_parameters unchanged (measured by a script on the same
+    # folders: the port on the artifact untranslated, the torch reference on the named pin, "ping")
+    ("smollm2-mlx-q4", "0.32.2"): f"{_ROPE}; 'ping' (31 tokens) against smollm2-mlx-q4-dequant: max |Δlogit| 11.1, "
+                                  "argmax agreement 90.3 %",
+    ("smollm2-mlx-q8", "0.32.2"): f"{_ROPE}; 'ping' (31 tokens) against smollm2-135m-instruct: max |Δlogit| 9.09, "
+                                  "argmax agreement 87.1 %",
+    ("smollm2-mlx-bf16", "0.32.2"): f"{_ROPE}; 'ping' (31 tokens) against smollm2-135m-instruct: max |Δlogit| 10.3, "
+                                    "argmax agreement 83.9 %",
     ("smollm2-hybrid-twin", "0.32.2"): (
         "model_type: mlx-lm 0.32.2 refuses 'qwen3_5_text' ('Model type qwen3_5_text not supported.'), transformers "
         "reads it as the text-only Qwen3.5; the port loads it as mlx-lm's qwen3_5 with full_attention_interval "
