@@ -16,6 +16,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from oracles.engines.base import Engine, Step, check_cohort
+from oracles.engines.mlx.precision import LoadedPrecision
 
 
 def _mx() -> Any:
@@ -33,6 +34,13 @@ def flat_parameters(model: Any) -> list[tuple[str, Any]]:
     return flat
 
 
+def to_numpy(a: Any) -> np.ndarray:
+    """An mx array as a float32 numpy array (``astype(mx.float32)`` first: numpy has no bfloat16, and
+    the cast is exact from bfloat16 and float16)."""
+    mx = _mx()
+    return np.array(a.astype(mx.float32), dtype=np.float32)
+
+
 class MlxCohort(Engine):
     """Mixin of :class:`oracles.engines.mlx.lm.MlxPort`: the cohort capabilities of the base class for
     mlx-lm caches. Reads the port's ``model`` and ``_head``. Per-buffer views are the base class's copy
@@ -40,6 +48,7 @@ class MlxCohort(Engine):
     under any view of it, so numpy copies are what a comparison may hold."""
 
     model: Any
+    _precision: LoadedPrecision
 
     def _head(self, hidden: Any) -> Any:
         raise NotImplementedError
@@ -78,7 +87,7 @@ class MlxCohort(Engine):
                     own.cache = [None if a is None else mx.contiguous(a[b:b + 1]) for a in merged.cache]
                     touched += [a for a in own.cache if a is not None]
         mx.eval(*touched)
-        return Step(logits=np.array(logits, dtype=np.float32), hidden=np.array(hidden, dtype=np.float32))
+        return Step(logits=to_numpy(logits), hidden=to_numpy(hidden))
 
     def _merge(self, i: int, lanes: list[Any]) -> Any:
         names = {type(c).__name__ for c in lanes}
@@ -147,8 +156,70 @@ class MlxCohort(Engine):
     def weight_bytes(self) -> int:
         return sum(int(v.nbytes) for _name, v in flat_parameters(self.model))
 
+    def snapshot(self, cache: Any) -> list[dict[str, Any]]:
+        """Per layer ``{"class", "offset", "dtypes", "arrays": {name: float32 numpy copy}}``: a
+        ``KVCache``'s keys and values ``[1, H_kv, L, d]`` up to its offset; an ``ArraysCache``'s state
+        arrays (conv state, recurrent state); ``dtypes`` the mx dtype of each (float32 holds bfloat16
+        and float16 exactly, and :meth:`restore` casts back). Numpy copies, because
+        ``update_and_fetch`` writes into the mx buffers in place.
+
+        Raises:
+            Unsupported: a layer of another cache class (a ``RotatingKVCache``).
+        """
+        mx = _mx()
+        out = []
+        for c in cache:
+            name = type(c).__name__
+            if name == "KVCache":
+                arrays = {} if c.keys is None else {"keys": c.keys[..., : c.offset, :], "values": c.values[..., : c.offset, :]}
+            elif name == "ArraysCache":
+                arrays = {_state_name(k, len(c.cache)): a for k, a in enumerate(c.cache) if a is not None}
+            else:
+                raise self._unsupported("snapshot this cache", f"{name} layers (only KVCache and ArraysCache)")
+            mx.eval(*arrays.values())
+            out.append({"class": name, "offset": int(getattr(c, "offset", 0)), "size": len(getattr(c, "cache", ())),
+                        "dtypes": {k: str(a.dtype).removeprefix("mlx.core.") for k, a in arrays.items()},
+                        "arrays": {k: to_numpy(a) for k, a in arrays.items()}})
+        return out
+
+    def restore(self, snapshot: Any) -> list[Any]:
+        """New cache objects holding a :meth:`snapshot`'s arrays, each in the mx dtype it was taken in
+        (the model's compute dtype for a key or value: a float32 buffer in a bfloat16 model would
+        promote every later attention to float32)."""
+        from mlx_lm.models.cache import ArraysCache, KVCache
+
+        mx = _mx()
+        cache: list[Any] = []
+        for entry in snapshot:
+            arrays, dtypes = entry["arrays"], entry.get("dtypes", {})
+
+            def back(name: str, dtypes: dict[str, str] = dtypes, arrays: dict[str, Any] = arrays) -> Any:
+                return mx.array(arrays[name]).astype(getattr(mx, dtypes.get(name, self._precision.compute)))
+
+            if entry["class"] == "KVCache":
+                kv = KVCache()
+                if arrays:
+                    kv.keys, kv.values, kv.offset = back("keys"), back("values"), entry["offset"]
+                cache.append(kv)
+            else:
+                state = ArraysCache(entry["size"])
+                for k in range(entry["size"]):
+                    name = _state_name(k, entry["size"])
+                    state[k] = back(name) if name in arrays else None
+                cache.append(state)
+        return cache
+
+    def snapshot_buffers(self, snapshot: Any) -> dict[str, np.ndarray]:
+        return {f"layers.{i}.{name}": a for i, entry in enumerate(snapshot) for name, a in entry["arrays"].items()}
+
     def counters(self) -> dict[str, float]:
         """MLX's own memory counters: active, peak and cache bytes of its allocator."""
         mx = _mx()
         return {"active_memory_bytes": float(mx.get_active_memory()), "peak_memory_bytes": float(mx.get_peak_memory()),
                 "cache_memory_bytes": float(mx.get_cache_memory())}
+
+
+def _state_name(k: int, size: int) -> str:
+    """The name of state ``k`` of an ``ArraysCache`` of ``size`` states (mlx-lm's recurrent layers
+    hold ``[conv state, recurrent state]``)."""
+    return ("conv_state", "recurrent_state")[k] if size == 2 else f"state.{k}"

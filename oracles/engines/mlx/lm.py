@@ -1,13 +1,18 @@
-"""The MLX port: mlx-lm's own model code, float32, on MLX's default device (the CPU here).
+"""The MLX port: mlx-lm's own model code on MLX's default device (the CPU here).
 
-Loads the same verified snapshot folder the reference loads (``mlx_lm.utils.load``), numpy at the
-boundary. The KV cache is mlx-lm's list of per-layer ``KVCache`` objects; a snapshot is a numpy copy
+Loads the verified snapshot folder as ``mlx_lm.utils.load`` does: float32, bfloat16 or float16 weights,
+or a quantized conversion (``QuantizedLinear`` / ``QuantizedEmbedding``, every mode ``mlx_lm.convert``
+writes). What it computes in is read from the loaded model (:mod:`oracles.engines.mlx.precision`) and
+held against what the artifact declares (config.json's quantization block, the pin's precision);
+numpy at the boundary is float32 (an mx array is cast with ``astype(mx.float32)`` before ``np.array``,
+exact for bfloat16 and float16). The KV cache is mlx-lm's list of per-layer ``KVCache`` objects; a snapshot is a numpy copy
 of each layer's keys and values up to its offset (``KVCache.update_and_fetch`` writes into its buffers
 in place, so holding the mx arrays themselves would not be a snapshot).
 
-Config translation (:mod:`oracles.engines.mlx.config`), recorded in :meth:`MlxPort.describe`: what
-mlx-lm needs to read a transformers config as transformers does, through mlx-lm's own
-``model_config`` override.
+Config translation (:mod:`oracles.engines.mlx.config`): what mlx-lm needs to read a transformers config
+as transformers does, through mlx-lm's own ``model_config`` override, each one recorded as a
+:class:`~oracles.engines.mlx.config.Translation` (:attr:`MlxPort.translations`, and in
+:meth:`MlxPort.describe`). The artifact loaded without them is ``oracles/suite/test_as_shipped.py``'s.
 
 mlx and mlx-lm are imported when the engine is built (``mx`` is a lazy module), so the registry can
 import this file and ask :meth:`MlxPort.unavailable_reason` on a machine without them.
@@ -27,8 +32,9 @@ import numpy as np
 
 from oracles.engines.base import Engine, Generation, Prompt, Sampler, Step, check_forward_length, hub_offline, pinned_config
 from oracles.engines.mlx import hybrid as mlx_hybrid
-from oracles.engines.mlx.cohort import MlxCohort, flat_parameters
-from oracles.engines.mlx.config import missing_model_module, rope_overrides
+from oracles.engines.mlx.cohort import MlxCohort, to_numpy
+from oracles.engines.mlx.config import Translation, missing_model_module, mlx_reading, rope_overrides, translations
+from oracles.engines.mlx.precision import LoadedPrecision, config_declaration, disagreements, loaded_precision, pin_declaration
 
 if TYPE_CHECKING:
     from oracles.pins.pin import Pin
@@ -65,7 +71,7 @@ class _LayerTap:
 
 
 class MlxPort(MlxCohort):
-    """mlx-lm model and tokenizer from a verified snapshot, float32, MLX default device.
+    """mlx-lm model and tokenizer from a verified snapshot, as ``mlx_lm.load`` builds them, MLX default device.
 
     Args:
         root: the snapshot folder (config, safetensors weights, tokenizer, chat template).
@@ -73,7 +79,8 @@ class MlxPort(MlxCohort):
         threads: unused (MLX's CPU backend picks its own threads); recorded by :meth:`describe`.
 
     Raises:
-        TypeError: a loaded parameter is not float32 (the port must compute in float32).
+        TypeError: the loaded floating parameters are of several dtypes (no one compute dtype), or the
+            loaded precision contradicts what config.json or the pin declares (file and field named).
     """
 
     id = "mlx"
@@ -114,9 +121,8 @@ class MlxPort(MlxCohort):
         # load returns (model, tokenizer), and the config third only when asked (return_config=True)
         loaded = load(str(self.root), model_config=self.overrides or None)
         self.model, self.tokenizer = loaded[0], loaded[1]
-        dtypes = {str(v.dtype) for _, v in flat_parameters(self.model)}
-        if dtypes != {"mlx.core.float32"}:
-            raise TypeError(f"mlx port of {self.pin}: parameters are {sorted(dtypes)}, not float32 only")
+        self._precision = self._checked_precision(config)
+        self._translations = translations(config, self.overrides, mlx_reading(config, self.overrides))
         args = self.model.args
         text = getattr(args, "text_config", None)
         text = text if isinstance(text, dict) else vars(args)
@@ -127,6 +133,37 @@ class MlxPort(MlxCohort):
         self.eos_token_ids = frozenset(int(i) for i in self.tokenizer.eos_token_ids)
         self.tied = bool(text.get("tie_word_embeddings", False))
         self.mlx_lm_version = mlx_lm.__version__
+
+    def _checked_precision(self, config: dict[str, Any]) -> LoadedPrecision:
+        """The loaded model's precision, held against config.json's quantization block and the pin's
+        declared precision.
+
+        Raises:
+            TypeError: no one compute dtype, or a declaration the loaded model contradicts (one line).
+        """
+        try:
+            loaded = loaded_precision(self.model)
+        except TypeError as exc:
+            raise TypeError(f"mlx port of {self.pin} ({self.root}): {exc}") from None
+        for source, declared in ((f"{self.root / 'config.json'}", config_declaration(config)),
+                                 (f"pin file {self.pin_file.path}", pin_declaration(self.pin_file))):
+            if wrong := disagreements(declared, loaded):
+                raise TypeError(f"mlx port of {self.pin}: {source} disagrees with the loaded model: {'; '.join(wrong)}")
+        return loaded
+
+    def precision(self) -> LoadedPrecision:
+        """What the loaded model computes in (:func:`oracles.engines.mlx.precision.loaded_precision`)."""
+        return self._precision
+
+    @property
+    def translations(self) -> list[dict[str, Any]]:
+        """Every config translation this port applied (JSON-safe
+        :meth:`~oracles.engines.mlx.config.Translation.to_json`); [] when it loads the config as is."""
+        return [t.to_json() for t in self._translations]
+
+    def translation_records(self) -> tuple[Translation, ...]:
+        """The translations as :class:`~oracles.engines.mlx.config.Translation` objects."""
+        return tuple(self._translations)
 
     def config_overrides(self, config: dict[str, Any]) -> dict[str, Any]:
         """The ``model_config`` entries mlx-lm needs to read ``config`` as transformers does (recorded
@@ -144,9 +181,25 @@ class MlxPort(MlxCohort):
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "model_class": f"mlx_lm.models.{self.model.model_type}.Model",
-                "dtype": "float32", "device": str(mx.default_device()), "mlx": str(mx.__version__),
+                "dtype": self._precision.compute, "quantization": self._quantization(),
+                "precision": self._precision.describe(), "device": str(mx.default_device()), "mlx": str(mx.__version__),
                 "mlx_lm": str(self.mlx_lm_version), "threads": self.threads or None,
-                "config_overrides": self.overrides}
+                "config_overrides": self.overrides, "translations": self.translations}
+
+    def _quantization(self) -> dict[str, Any] | None:
+        """``{"mode", "bits", "group_size"}`` of a quantized model (``variants`` when its modules
+        differ), None for a float one."""
+        p = self._precision
+        if not p.variants:
+            return None
+        if len(p.variants) == 1:
+            return {"mode": p.mode, "bits": p.bits, "group_size": p.group_size}
+        return {"mode": p.weights, "variants": [list(v) for v in p.variants]}
+
+    @property
+    def compute_dtype(self) -> Any:
+        """The mx dtype the activations are computed in (where numpy inputs are cast to)."""
+        return getattr(mx, self._precision.compute)
 
     # -- forward and cache --------------------------------------------------------------------
     def make_cache(self, max_kv_size: int | None = None) -> list[Any]:
@@ -197,9 +250,9 @@ class MlxPort(MlxCohort):
         mx.eval(hidden, logits, *rows)
         stream = None
         if layers:
-            stream = np.stack([np.array(r[0], dtype=np.float32) for r in rows])
+            stream = np.stack([to_numpy(r[0]) for r in rows])
             stream = stream[:, -keep:] if keep else stream
-        return Step(logits=np.array(logits, dtype=np.float32), hidden=np.array(hidden, dtype=np.float32), layers=stream)
+        return Step(logits=to_numpy(logits), hidden=to_numpy(hidden), layers=stream)
 
     def taps(self, prompt: Prompt | Sequence[int]) -> Any:
         """Layer taps by recorders standing in for each layer's attention and MLP (:func:`oracles.engines.taps.mlx_taps`)."""
@@ -214,14 +267,22 @@ class MlxPort(MlxCohort):
         return holder.lm_head(hidden)
 
     def lm_head(self, hidden: np.ndarray) -> np.ndarray:
-        out = self._head(mx.array(np.ascontiguousarray(hidden, dtype=np.float32)))
+        """The head on float32 ``[T, D]`` ``hidden``, cast to the compute dtype first (exact for a
+        forward's own hidden states, which are that dtype's values), float32 ``[T, V]`` out."""
+        out = self._head(self._input(hidden))
         mx.eval(out)
-        return np.array(out, dtype=np.float32)
+        return to_numpy(out)
 
     def final_norm(self, residual: np.ndarray) -> np.ndarray:
-        out = self.model.model.norm(mx.array(np.ascontiguousarray(residual, dtype=np.float32)))
+        """The final norm on float32 ``[T, D]`` ``residual`` (cast as :meth:`lm_head` casts)."""
+        out = self.model.model.norm(self._input(residual))
         mx.eval(out)
-        return np.array(out, dtype=np.float32)
+        return to_numpy(out)
+
+    def _input(self, a: np.ndarray) -> Any:
+        """A float32 numpy array as an mx array of the compute dtype: a float32 input into a bfloat16
+        model would promote its ops to float32 (mlx's type promotion) and compute another graph."""
+        return mx.array(np.ascontiguousarray(a, dtype=np.float32)).astype(self.compute_dtype)
 
     def is_trimmable(self, cache: Any) -> bool:
         """mlx-lm's own answer (``can_trim_prompt_cache``): every layer's ``is_trimmable()``; False for
@@ -239,51 +300,6 @@ class MlxPort(MlxCohort):
         if not self.is_trimmable(cache):
             return False
         return bool(trim_prompt_cache(cache, n) == n)
-
-    def snapshot(self, cache: Any) -> list[dict[str, Any]]:
-        """Per layer ``{"class", "offset", "arrays": {name: float32 numpy copy}}``: a ``KVCache``'s
-        keys and values ``[1, H_kv, L, d]`` up to its offset; an ``ArraysCache``'s state arrays
-        (conv state, recurrent state). Numpy copies, because ``update_and_fetch`` writes into the
-        mx buffers in place.
-
-        Raises:
-            Unsupported: a layer of another cache class (a ``RotatingKVCache``).
-        """
-        out = []
-        for c in cache:
-            name = type(c).__name__
-            if name == "KVCache":
-                arrays = {} if c.keys is None else {"keys": c.keys[..., : c.offset, :], "values": c.values[..., : c.offset, :]}
-            elif name == "ArraysCache":
-                arrays = {_state_name(k, len(c.cache)): a for k, a in enumerate(c.cache) if a is not None}
-            else:
-                raise self._unsupported("snapshot this cache", f"{name} layers (only KVCache and ArraysCache)")
-            mx.eval(*arrays.values())
-            out.append({"class": name, "offset": int(getattr(c, "offset", 0)), "size": len(getattr(c, "cache", ())),
-                        "arrays": {k: np.array(a, dtype=np.float32) for k, a in arrays.items()}})
-        return out
-
-    def restore(self, snapshot: Any) -> list[Any]:
-        from mlx_lm.models.cache import ArraysCache, KVCache
-
-        cache: list[Any] = []
-        for entry in snapshot:
-            arrays = entry["arrays"]
-            if entry["class"] == "KVCache":
-                kv = KVCache()
-                if arrays:
-                    kv.keys, kv.values, kv.offset = mx.array(arrays["keys"]), mx.array(arrays["values"]), entry["offset"]
-                cache.append(kv)
-            else:
-                state = ArraysCache(entry["size"])
-                for k in range(entry["size"]):
-                    a = arrays.get(_state_name(k, entry["size"]))
-                    state[k] = None if a is None else mx.array(a)
-                cache.append(state)
-        return cache
-
-    def snapshot_buffers(self, snapshot: Any) -> dict[str, np.ndarray]:
-        return {f"layers.{i}.{name}": a for i, entry in enumerate(snapshot) for name, a in entry["arrays"].items()}
 
     # -- generation ---------------------------------------------------------------------------
     def _sampler(self, sampler: Sampler) -> Any:
@@ -369,9 +385,3 @@ def _note_drafts(steps: Any, flags: list[bool]) -> Any:
     for token, logprobs, from_draft in steps:
         flags.append(bool(from_draft))
         yield token, logprobs, from_draft
-
-
-def _state_name(k: int, size: int) -> str:
-    """The name of state ``k`` of an ``ArraysCache`` of ``size`` states (mlx-lm's recurrent layers
-    hold ``[conv state, recurrent state]``)."""
-    return ("conv_state", "recurrent_state")[k] if size == 2 else f"state.{k}"
