@@ -120,6 +120,10 @@ class Translation:
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def note(self) -> str:
+        """One line for a verdict: ``"rope_theta 100000.0 from rope_parameters.rope_theta (mlx-lm reads 10000.0)"``."""
+        return f"{self.field} {self.transformers_reads!r} from {self.transformers_key} (mlx-lm reads {self.mlx_lm_reads!r})"
+
 
 def keyed(config: Mapping[str, Any], key: str) -> tuple[bool, Any]:
     """``(found, value)`` of a dotted ``key`` (``"rope_parameters.rope_theta"``) in ``config``."""

@@ -165,6 +165,10 @@ class MlxPort(MlxCohort):
         """The translations as :class:`~oracles.engines.mlx.config.Translation` objects."""
         return tuple(self._translations)
 
+    def translation_notes(self) -> tuple[str, ...]:
+        """Each translation as one line (:meth:`~oracles.engines.mlx.config.Translation.note`), named in every verdict."""
+        return tuple(t.note() for t in self._translations)
+
     def config_overrides(self, config: dict[str, Any]) -> dict[str, Any]:
         """The ``model_config`` entries mlx-lm needs to read ``config`` as transformers does (recorded
         in :meth:`describe`): a text-only Qwen3.5 as mlx-lm's ``qwen3_5`` with its layer placement
