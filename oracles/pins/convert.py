@@ -78,8 +78,9 @@ def source_of(pin: Pin) -> tuple[Path, str, str]:
     return path, sha256_file(path) if path.is_file() else folder_digest(path), f"local:{path}"
 
 
-def derived_builder(pin: Pin, write_pin: bool) -> tuple[Callable[[Path], str], str]:
-    """(build function ``out -> model class``, source digest) of an ``mlx-convert:`` or ``dequantize:`` pin,
+def derived_builder(pin: Pin, write_pin: bool) -> tuple[Callable[[Path], str], str, dict[str, str]]:
+    """(build function ``out -> model class``, source digest, the precision fields the artifact cannot say:
+    ``dequantized_from`` of a folder's dequantisation) of an ``mlx-convert:`` or ``dequantize:`` pin,
     after checking the source digest and the tool's version against the pin (unless ``write_pin``: a
     maintainer re-making the pin).
 
@@ -87,7 +88,7 @@ def derived_builder(pin: Pin, write_pin: bool) -> tuple[Callable[[Path], str], s
         PinError: the source's digest or the installed tool's version differs from the pin's, or a
             recipe argument ``mlx_lm.convert`` does not take; one line naming the pin file and field.
     """
-    root, digest, _ = source_of(pin)
+    root, digest, called = source_of(pin)
     recipe = pin.recipe or {}
     if not write_pin and pin.source_sha256 != digest:
         raise PinError(f"{pin.path}: field 'source_sha256' is {pin.source_sha256} but the source {pin.source!r} has "
@@ -100,12 +101,13 @@ def derived_builder(pin: Pin, write_pin: bool) -> tuple[Callable[[Path], str], s
     if pin.source_parts()["derived"] == "dequantize":
         from oracles.pins.dequantize import dequantize_snapshot
 
-        return (lambda out: dequantize_snapshot(root, out)), digest
+        extra = {} if root.is_file() else {"dequantized_from": called}
+        return (lambda out: dequantize_snapshot(root, out)), digest, extra
     arguments = dict(recipe.get("arguments", {}))
     if bad := sorted(set(arguments) - set(CONVERT_ARGUMENTS)):
         raise PinError(f"{pin.path}: field 'recipe.arguments.{bad[0]}' is not an mlx_lm.convert argument this "
                        f"source passes ({', '.join(CONVERT_ARGUMENTS)})")
-    return (lambda out: convert_with_mlx_lm(root, out, arguments)), digest
+    return (lambda out: convert_with_mlx_lm(root, out, arguments)), digest, {}
 
 
 def convert_with_mlx_lm(src: Path, out: Path, arguments: dict[str, Any]) -> str:

@@ -95,11 +95,9 @@ def materialize(pin: Pin, dest: Path | None = None, *, write_pin: bool = False) 
     if parts["kind"] == "twin":
         build, got = _twin_builder(pin, parts), None
     elif parts["derived"]:
-        from oracles.pins.convert import derived_builder, source_of
+        from oracles.pins.convert import derived_builder
 
-        build, got = derived_builder(pin, write_pin)
-        if parts["derived"] == "dequantize" and not source_of(pin)[0].is_file():
-            extra["dequantized_from"] = source_of(pin)[2]
+        build, got, extra = derived_builder(pin, write_pin)
     else:
         if parts["kind"] != "pypi" or not (parts["file"] or "").endswith(".gguf"):
             raise PinError(f"{pin.path}: source {pin.source!r}: only pypi:PKG==VER#FILE.gguf, twin:NAME#SEED, "
