@@ -37,6 +37,13 @@ materialize: setup
 	$(BIN)/oracles materialize smollm2-draft-twin  # the speculative oracles' draft; needs $(PIN)'s tokenizer
 	$(BIN)/oracles materialize smollm2-hybrid-twin  # a Gated DeltaNet hybrid: a default pin of the text families; $(PIN)'s tokenizer
 	$(BIN)/oracles materialize qwen35-vl-twin      # the clef family's vision-language twin
+	# SmolLM2 as mlx-lm converts it (mlx_lm.convert of smollm2-135m-instruct), each quantized pin before its
+	# float32 dequantized reference (mx.dequantize of its own weights): a port on it is held against that
+	$(BIN)/oracles materialize smollm2-mlx-bf16
+	$(BIN)/oracles materialize smollm2-mlx-q8
+	$(BIN)/oracles materialize smollm2-mlx-q8-dequant
+	$(BIN)/oracles materialize smollm2-mlx-q4
+	$(BIN)/oracles materialize smollm2-mlx-q4-dequant
 
 oracle: materialize
 	$(BIN)/python -m pytest oracles/suite --runslow --receipt-tag oracle $(PARALLEL) $(PYTEST_ARGS); status=$$?; \

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from oracles.errors import PinError
-from oracles.pins.pin import Pin, file_digests, locate_pypi_file, safetensors_header, sha256_file, snapshot_dir, verify_snapshot
+from oracles.pins.pin import Pin, locate_pypi_file, sha256_file, snapshot_dir, verify_snapshot
 
 
 def build_gguf_snapshot(gguf: Path, out: Path) -> str:
@@ -91,23 +91,29 @@ def materialize(pin: Pin, dest: Path | None = None, *, write_pin: bool = False) 
         except PinError:
             pass  # rebuild below; the stale folder is replaced only after the new one verifies
     parts = pin.source_parts()
+    extra: dict[str, str] = {}
     if parts["kind"] == "twin":
         build, got = _twin_builder(pin, parts), None
+    elif parts["derived"]:
+        from oracles.pins.convert import derived_builder
+
+        build, got, extra = derived_builder(pin, write_pin)
     else:
         if parts["kind"] != "pypi" or not (parts["file"] or "").endswith(".gguf"):
-            raise PinError(f"{pin.path}: source {pin.source!r}: only pypi:PKG==VER#FILE.gguf and twin:NAME#SEED sources "
-                           "can be built")
+            raise PinError(f"{pin.path}: source {pin.source!r}: only pypi:PKG==VER#FILE.gguf, twin:NAME#SEED, "
+                           "mlx-convert:PIN and dequantize:... sources can be built")
         gguf = locate_pypi_file(parts["what"] or "", parts["version"], parts["file"] or "")
         got = sha256_file(gguf)
         if pin.source_sha256 and got != pin.source_sha256 and not write_pin:
             raise PinError(f"{gguf}: source sha256 mismatch: expected {pin.source_sha256}, actual {got}")
+        extra["gguf_type"] = _check_gguf_type(pin, gguf, write_pin)
         build = lambda out: build_gguf_snapshot(gguf, out)  # noqa: E731
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
     try:
         model_class = build(tmp)
         if write_pin:
-            _write_pin(pin, tmp, got, model_class)
+            _write_pin(pin, tmp, got, model_class, extra)
             from oracles.pins.pin import load_pin
 
             pin = load_pin(pin.path)
@@ -155,19 +161,36 @@ def _twin_builder(pin: Pin, parts: dict[str, str | None]) -> Any:
     return lambda out: builder(int(seed), out, snapshot_dir(lender_pin))
 
 
-def _write_pin(pin: Pin, root: Path, source_sha256: str | None, model_class: str) -> None:
-    import importlib.metadata
+def _check_gguf_type(pin: Pin, gguf: Path, write_pin: bool) -> str:
+    """The GGUF type of ``gguf``; unless ``write_pin``, it must be the one the pin declares.
 
-    digests = file_digests(root)
-    import hashlib
+    Raises:
+        PinError: the pin's ``precision.gguf_type`` differs from the file's (both named).
+    """
+    from oracles.pins.precision import gguf_type
 
+    got = gguf_type(gguf)
+    if not write_pin and pin.precision.gguf_type != got:
+        raise PinError(f"{pin.path}: field 'precision.gguf_type' is {pin.precision.gguf_type!r} but the source {gguf} "
+                       f"is {got!r}")
+    return got
+
+
+def _write_pin(pin: Pin, root: Path, source_sha256: str | None, model_class: str, extra: dict[str, str]) -> None:
+    """Rewrite ``pin``'s file from the build at ``root`` (``--write-pin``): its files, digests, versions and
+    precision (``extra``: what the artifact cannot say); a conversion pin's ``recipe.version`` too."""
+    from oracles.pins.convert import built_fields
+
+    parts = pin.source_parts()
+    # a GGUF or twin build records the versions of torch, transformers, gguf, safetensors, tokenizers
+    tool = (pin.recipe or {}).get("tool") if parts["derived"] else "transformers.gguf"
     obj = json.loads(pin.path.read_text())
-    obj.update({
-        "source_sha256": source_sha256,
-        "model_class": model_class,
-        "files": {k: {"bytes": v.bytes, "sha256": v.sha256} for k, v in sorted(digests.items())},
-        "safetensors_headers": {k: hashlib.sha256(safetensors_header(root / k)[2]).hexdigest()
-                                for k in sorted(digests) if k.endswith(".safetensors")},
-        "built_with": {n: importlib.metadata.version(n) for n in ("torch", "transformers", "gguf", "safetensors", "tokenizers")},
-    })
+    obj.update(built_fields(root, model_class, source_sha256, str(tool), extra))
+    if parts["derived"]:
+        from oracles.pins.convert import TOOL_DISTRIBUTIONS, versions
+
+        dist = TOOL_DISTRIBUTIONS[str(tool)]
+        obj["recipe"] = {**obj["recipe"], "version": versions((dist,))[dist]}
+    if parts["kind"] == "twin" and "precision" in obj and obj["precision"] == {"weights": "float32", "compute": "float32"}:
+        del obj["precision"]  # the default: a twin's pin file stays as it was
     pin.path.write_text(json.dumps(obj, indent=2) + "\n")

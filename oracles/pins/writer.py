@@ -209,18 +209,30 @@ def hash_files(snap: Snapshot, progress: Progress | None = None) -> dict[str, Fi
     return out
 
 
-def pin_document(name: str, snap: Snapshot, digests: dict[str, FileDigest], trained: bool = True) -> dict[str, Any]:
+def pin_document(name: str, snap: Snapshot, digests: dict[str, FileDigest], trained: bool = True,
+                 reference: str | None = None) -> dict[str, Any]:
     """The pin file's JSON object (:mod:`oracles.pins.pin` module docstring); ``"trained": false`` only when
-    the model is declared untrained (seeded random weights: it never learnt to stop)."""
+    the model is declared untrained (seeded random weights: it never learnt to stop); the ``precision``
+    read from the snapshot (:func:`oracles.pins.precision.read_precision`); ``reference`` when given.
+
+    Raises:
+        PinError: the snapshot's config and weights disagree on its quantization (file, tensor, field).
+    """
+    from oracles.pins.precision import read_precision
+
+    weights = sorted(k for k in digests if k.endswith(".safetensors"))
     doc: dict[str, Any] = {
         "name": name, "source": snap.source, "model_class": snap.model_class,
         "files": {k: {"bytes": v.bytes, "sha256": v.sha256} for k, v in sorted(digests.items())},
         "safetensors_headers": {k: hashlib.sha256(safetensors_header(snap.root / k)[2]).hexdigest()
                                 for k in sorted(digests) if k.endswith(".safetensors")},
         "built_with": _versions(),
+        "precision": read_precision(snap.root, weights).to_json(),
     }
     if not trained:
         doc["trained"] = False
+    if reference is not None:
+        doc["reference"] = reference
     return doc
 
 
@@ -235,9 +247,10 @@ def _versions() -> dict[str, str]:
 
 
 def write_pin(name: str, spec: str, pins_dir: Path | None = None, *, trained: bool = True,
-              progress: Progress | None = None) -> Pin:
+              progress: Progress | None = None, reference: str | None = None) -> Pin:
     """Pin the snapshot ``spec`` (a folder, ``local:PATH`` or ``hf:REPO@REVISION``) as ``NAME.json`` in
-    ``pins_dir`` (default: the active store's first folder, the project's).
+    ``pins_dir`` (default: the active store's first folder, the project's), with the precision read from
+    it and, when given, the pin a port on it is held against (``reference``: looked up when used).
 
     Returns the written pin, read back through :func:`oracles.pins.pin.load_pin`.
 
@@ -249,9 +262,14 @@ def write_pin(name: str, spec: str, pins_dir: Path | None = None, *, trained: bo
     check_name(name, where)
     if pins_dir is not None and (pins_dir / f"{name}.json").exists():
         raise PinError(f"pin {name!r} already exists: {pins_dir / f'{name}.json'}; pins are never overwritten")
+    if reference is not None and not NAME.fullmatch(reference):
+        raise PinError(f"--reference {reference!r}: not a pin name (letters, digits, '.', '_' and '-')")
     root, source = locate(spec)
     snap = scan(root, source)
-    doc = pin_document(name, snap, hash_files(snap, progress), trained)
+    from oracles.pins.precision import quantization
+
+    quantization(snap.root)  # a malformed quantization is refused before minutes of hashing
+    doc = pin_document(name, snap, hash_files(snap, progress), trained, reference)
     target = (pins_dir or where.dirs[0]) / f"{name}.json"
     target.parent.mkdir(parents=True, exist_ok=True)
     from oracles.receipts.files import write_exclusive
