@@ -20,7 +20,8 @@ from oracles.families.graded.corpus import (
     corpus_text,
     sample_chunks,
 )
-from oracles.families.graded.run import export_base, graded
+from oracles.families.graded.kld_file import row_width
+from oracles.families.graded.run import corpus_logprobs, export_base, graded
 
 pytestmark = pytest.mark.dry
 
@@ -126,3 +127,17 @@ def test_kld_compare_command(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     b.write_bytes(b.read_bytes()[:-3])
     assert main(["kld", "compare", str(a), str(b)]) == 2
     assert f"{b}: truncated in the log-probs of chunk" in capsys.readouterr().err
+
+
+def test_corpus_logprobs_yields_each_chunk_quantised() -> None:
+    """One chunk at a time: llama.cpp's uint16 rows of the scored positions and their next tokens."""
+    corpus = corpus_for(ByteTokenizer(bos=1), n_ctx=8, text=TEXT)
+    engine = BigramEngine(tokenizer=ByteTokenizer(bos=1))
+    got = list(corpus_logprobs(engine, corpus, chunks=[1, 4]))
+    assert [c for c, _, _ in got] == [1, 4] and engine.calls == 2
+    for c, rows, targets in got:
+        assert rows.shape == (3, row_width(256)) and rows.dtype.name == "uint16"
+        assert targets.tolist() == corpus.chunk_targets(c).tolist()
+        # the top entry of a row quantises to the top of the range, 65535
+        logits = engine.forward(corpus.chunk_input(c)).logits[4:7]
+        assert rows[:, 4:][range(3), logits.argmax(axis=1)].tolist() == [65535] * 3
