@@ -1,5 +1,5 @@
 """The ``oracles`` command: ``pin | materialize | records | receipts | compare | summarize | survey | bisect |
-faults``.
+faults | kld``.
 
 Each subcommand lives in its own module and is imported only when called, so ``oracles receipts``
 never imports torch. Pins and token ids are looked up in the project of the current folder (its
@@ -35,6 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "survey": ("oracles.commands.survey", "activation absmax per layer of a receipt's runs against the fp16 limit (JSON + PNG)"),
     "bisect": ("oracles.commands.bisect", "name the first layer where a port leaves the reference on one record"),
     "faults": ("oracles.commands.faults", "print the fault panel's detection matrix from a receipt"),
+    "kld": ("oracles.commands.kld", "llama-perplexity --kl-divergence-base files: export the reference's, compare two"),
 }
 
 
