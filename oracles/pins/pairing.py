@@ -52,7 +52,7 @@ def parse_port_pins(value: str | None, where: "PinStore", default: tuple[str, ..
         try:
             artifact = where.load(art_name)
             if not sep:
-                declared = getattr(artifact, "reference", None)
+                declared = artifact.reference
                 if declared is None:
                     raise PinError(f"pin {art_name} names no reference (field 'reference' of {artifact.path}); "
                                    f"write REF={art_name}")
@@ -99,13 +99,10 @@ def judgment_of(reference: "Pin", artifact: "Pin") -> "Judgment":
     """
     from oracles.checks.judgment import Judgment
 
-    precision = _precision(artifact)
-    compute = str(getattr(precision, "compute", "float32"))
-    weights = str(getattr(precision, "weights", "float32"))
-    same_weights = (artifact.name == reference.name
-                    or getattr(_precision(reference), "dequantized_from", None) == artifact.name
-                    or weights == "float32" == str(getattr(_precision(reference), "weights", "float32")))
-    cast_of = getattr(artifact, "converted_from", None) == reference.name and weights == compute
+    compute, weights = artifact.precision.compute, artifact.precision.weights
+    same_weights = (artifact.name == reference.name or reference.precision.dequantized_from == artifact.name
+                    or weights == "float32" == reference.precision.weights)
+    cast_of = artifact.converted_from == reference.name and weights == compute
     if same_weights and compute == "float32":
         return Judgment("exact", f"port pin {artifact.name} computes in float32 on the weights of {reference.name}")
     if same_weights or cast_of:
@@ -114,8 +111,3 @@ def judgment_of(reference: "Pin", artifact: "Pin") -> "Judgment":
     raise PinError(f"--port-pin {reference.name}={artifact.name}: pin {artifact.name} holds {weights} weights, which pin "
                    f"{reference.name} does not hold; hold it against its dequantized reference (oracles pin NAME "
                    "--dequantize-from DIR); its quantization cost against the float32 original is graded (-m graded)")
-
-
-def _precision(pin: "Pin") -> object:
-    """The pin's :class:`~oracles.pins.precision.Precision` (float32 where the pin file declares none)."""
-    return getattr(pin, "precision", None)

@@ -51,7 +51,7 @@ def test_the_judge_names_band_and_translations() -> None:
     assert exact.label("ping: logits") == "ping: logits"
     assert band.label("ping: logits") == ("ping: logits [judged by the bfloat16 band, port loaded with rope_theta "
                                           "100000.0 from rope_parameters (mlx-lm reads 10000.0)]")
-    assert exact.bounds(lambda k, f: f(), "k", None, lambda e: None) == (FLOAT32, None)  # type: ignore[arg-type]
+    assert exact.bounds(lambda k, f: f(), "k", None, lambda e: None) == (FLOAT32, None)
 
 
 class _Rows:
