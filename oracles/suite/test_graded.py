@@ -4,8 +4,8 @@ costs, with llama-perplexity's ``--kl-divergence`` statistics over the shipped c
 
 * Quantization cost, on a dequantized reference pin: the float32 original against the float32
   snapshot dequantized from its quantized artifact, both on the reference engine: the cost of the
-  weights alone, no port involved. A figure, not a pass: the test holds the statistics' own
-  invariants, and that the cost is not zero (a comparison of a model with itself would be).
+  weights alone, no port involved. A figure, not a pass: the test holds only that the cost is not
+  zero (a comparison of a model with itself would be; oracles/checks/kld.py's tests hold the statistics).
 * The band, on a float32 pin: the reference against the reference run in bfloat16 (the band a
   bfloat16 port is judged by, :mod:`oracles.checks.judgment`).
 * A bfloat16 port (a ``--port-pin`` pair judged by a band) against the float32 reference over the
@@ -44,15 +44,6 @@ def _corpus(runs: Runs, engine: Engine) -> Any:
     return runs(("corpus", engine.pin_file.tokenizer_sha256), lambda: corpus_for(engine.tokenizer))
 
 
-def _sane(what: str, fig: dict[str, Any]) -> None:
-    """The statistics' own invariants: KL is non-negative, shares lie in [0, 1], every figure finite."""
-    __tracebackhide__ = True
-    pooled = fig["pooled"]
-    assert pooled["kld"]["min"] >= 0.0, f"{what}: KL min {pooled['kld']['min']} < 0"
-    assert 0.0 <= pooled["same_top_p"]["value"] <= 1.0, f"{what}: same top p {pooled['same_top_p']}"
-    assert -1.0 <= pooled["delta_p"]["min"] <= pooled["delta_p"]["max"] <= 1.0, f"{what}: delta-p {pooled['delta_p']}"
-
-
 def test_quantization_cost(runs: Runs, engines: Engines, pins: PinCache, pytestconfig: pytest.Config, pin: str,
                            receipt: Receipt) -> None:
     """The float32 original against this dequantized reference, every chunk (graded, not a pass)."""
@@ -68,8 +59,7 @@ def test_quantization_cost(runs: Runs, engines: Engines, pins: PinCache, pytestc
     fig = graded(base, dequantized, _corpus(runs, base))
     receipt.update(kind="quantization-cost", original=original, artifact=artifact.name, dequantized=pin,
                    precision=precision.describe(), artifact_precision=artifact.precision.describe(), **fig)
-    _sane(f"{original} vs {pin}", fig)
-    assert fig["pooled"]["kld"]["mean"] > 0.0, (f"{original} vs {pin}: KL mean 0: the dequantized weights equal the "
+    assert fig["pooled"]["kld"]["mean"] > 0, (f"{original} vs {pin}: KL mean 0: the dequantized weights equal the "
                                                 "original's, so nothing was quantized")
 
 
@@ -82,8 +72,7 @@ def test_bfloat16_band(runs: Runs, engines: Engines, pins: PinCache, pytestconfi
     fp32, bf16 = engines(reference, pin), engines(reference, pin, dtype="bfloat16")
     fig = runs(("graded-band", pin, None), lambda: graded(fp32, bf16, _corpus(runs, fp32)))
     receipt.update(kind="bfloat16-band", band_engine=bf16.id, **fig)
-    _sane(f"{pin}: {fp32.id} vs {bf16.id}", fig)
-    assert fig["pooled"]["kld"]["mean"] > 0.0, f"{pin}: the bfloat16 run equals the float32 one: no band"
+    assert fig["pooled"]["kld"]["mean"] > 0, f"{pin}: the bfloat16 run equals the float32 one: no band"
 
 
 @pytest.mark.port
@@ -101,7 +90,6 @@ def test_port_within_band(runs: Runs, engines: Engines, reference: Engine, port:
     fig = graded(reference, port, corpus, chunks)
     receipt.update(kind="port-graded", port=port.id, port_pin=port.pin, band_engine=band_engine.id,
                    judgment=judge.judgment.as_json(), translations=list(judge.translations), band=band, **fig)
-    _sane(judge.label(f"{port.id} on {port.pin}"), fig)
     over = [f"{a} {b} {fig['pooled'][a][b]:.3g} > {BAND_RATIO ** k:g} x band {band['pooled'][a][b]:.3g}"
             for a, b, k in HELD if fig["pooled"][a][b] > BAND_RATIO ** k * band["pooled"][a][b]]
     assert not over, judge.label(f"{port.id} on {port.pin} vs {reference.id} on {reference.pin}, chunks "
