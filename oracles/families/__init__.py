@@ -82,7 +82,7 @@ FAMILIES: tuple[Family, ...] = (
            default_pins=TEXT_PINS, tokens="mtplx"),
     Family("graded", "quantization cost and bfloat16 bands, graded with llama-perplexity's --kl-divergence "
                      "statistics over the shipped corpus", runs="graded", port_scoped=False,
-           default_pins=(DEFAULT_PIN, "smollm2-mlx-q8-dequant", "smollm2-mlx-q4-dequant")),
+           default_pins=(DEFAULT_PIN,)),
     Family("port", "a port engine held against the reference, record by record", runs="mtplx", default_pins=TEXT_PINS,
            tokens="mtplx"),
 )

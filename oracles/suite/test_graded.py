@@ -2,12 +2,11 @@
 costs, with llama-perplexity's ``--kl-divergence`` statistics over the shipped corpus
 (:mod:`oracles.families.graded`, :mod:`oracles.checks.kld`).
 
-* Quantization cost, on a dequantized reference pin: the float32 original against the float32
-  snapshot dequantized from its quantized artifact, both on the reference engine: the cost of the
-  weights alone, no port involved. A figure, not a pass: the test holds only that the cost is not
-  zero (a comparison of a model with itself would be; oracles/checks/kld.py's tests hold the statistics).
-* The band, on a float32 pin: the reference against the reference run in bfloat16 (the band a
-  bfloat16 port is judged by, :mod:`oracles.checks.judgment`).
+* Conversion costs, on a float32 pin: the reference against the reference run in bfloat16 (the band
+  a bfloat16 port is judged by, :mod:`oracles.checks.judgment`) and against each float32 snapshot
+  dequantized from one of the pin's quantized conversions (``--port-pin`` pairs): the cost of the
+  weights alone, no port involved. A figure, not a pass: the test holds only that no cost is zero (a
+  comparison of a model with itself; oracles/checks/kld.py's tests hold the statistics).
 * A bfloat16 port (a ``--port-pin`` pair judged by a band) against the float32 reference over the
   chunks its scope runs: its KL mean and p99 held to :data:`BAND_RATIO` squared times the band's, its
   RMS delta-p to BAND_RATIO times, on the same chunks: a budget, so a pass or a failure.
@@ -26,7 +25,7 @@ from oracles.checks.judgment import BAND_RATIO
 from oracles.engines.base import Engine
 from oracles.families.execution.judged import Judge
 from oracles.families.graded.corpus import corpus_for, sample_chunks
-from oracles.families.graded.run import graded
+from oracles.families.graded.run import graded, graded_many
 from oracles.plugin.fixtures import Engines, PinCache, Runs
 from oracles.plugin.state import settings_of
 from oracles.receipts.table import Receipt
@@ -44,35 +43,27 @@ def _corpus(runs: Runs, engine: Engine) -> Any:
     return runs(("corpus", engine.pin_file.tokenizer_sha256), lambda: corpus_for(engine.tokenizer))
 
 
-def test_quantization_cost(runs: Runs, engines: Engines, pins: PinCache, pytestconfig: pytest.Config, pin: str,
-                           receipt: Receipt) -> None:
-    """The float32 original against this dequantized reference, every chunk (graded, not a pass)."""
-    precision = pins(pin).precision
-    if precision.dequantized_from is None:
-        pytest.skip(f"pin {pin} is not a dequantized reference (its precision names no dequantized_from)")
-    artifact = pins(precision.dequantized_from)
-    original = artifact.converted_from
-    if original is None:
-        pytest.skip(f"pin {artifact.name} names no float32 original (converted_from)")
-    reference = settings_of(pytestconfig).reference
-    base, dequantized = engines(reference, original), engines(reference, pin)
-    fig = graded(base, dequantized, _corpus(runs, base))
-    receipt.update(kind="quantization-cost", original=original, artifact=artifact.name, dequantized=pin,
-                   precision=precision.describe(), artifact_precision=artifact.precision.describe(), **fig)
-    assert fig["pooled"]["kld"]["mean"] > 0, (f"{original} vs {pin}: KL mean 0: the dequantized weights equal the "
-                                                "original's, so nothing was quantized")
-
-
-def test_bfloat16_band(runs: Runs, engines: Engines, pins: PinCache, pytestconfig: pytest.Config, pin: str,
-                       receipt: Receipt) -> None:
-    """The reference against itself run in bfloat16, every chunk: the band a bfloat16 port is judged by."""
-    if pins(pin).precision.dequantized_from is not None:
-        pytest.skip(f"pin {pin} is a dequantized reference: its artifact computes in float32 (exact judgment)")
-    reference = settings_of(pytestconfig).reference
-    fp32, bf16 = engines(reference, pin), engines(reference, pin, dtype="bfloat16")
-    fig = runs(("graded-band", pin, None), lambda: graded(fp32, bf16, _corpus(runs, fp32)))
-    receipt.update(kind="bfloat16-band", band_engine=bf16.id, **fig)
-    assert fig["pooled"]["kld"]["mean"] > 0, f"{pin}: the bfloat16 run equals the float32 one: no band"
+def test_conversion_costs(runs: Runs, engines: Engines, pins: PinCache, pytestconfig: pytest.Config, pin: str,
+                          receipt: Receipt) -> None:
+    """On a float32 pin, every chunk: the reference in bfloat16 (the band) and the reference on each
+    dequantized snapshot of the pin's conversions among the session's ``--port-pin`` pairs (the
+    quantization cost), each against the reference on the pin, its forward of each chunk shared.
+    Graded, not a pass: each cost must be above zero (zero is a model compared with itself)."""
+    settings = settings_of(pytestconfig)
+    if pins(pin).precision.weights != "float32":
+        pytest.skip(f"pin {pin} holds {pins(pin).precision.describe()} weights: its costs are graded against the "
+                    "float32 pin it was converted from")
+    base = engines(settings.reference, pin)
+    others = {"bfloat16 band": engines(settings.reference, pin, dtype="bfloat16")}
+    for pair in settings.port_pins:
+        artifact = pins(pair.artifact)
+        if pins(pair.reference).precision.dequantized_from == artifact.name and artifact.converted_from == pin:
+            others[f"quantization {artifact.name}"] = engines(settings.reference, pair.reference)
+    found = graded_many(base, others, _corpus(runs, base))
+    receipt.update(kind="conversion-costs", pin=pin, engines={k: f"{e.id} on {e.pin}" for k, e in others.items()},
+                   figures=found)
+    zero = [label for label, fig in found.items() if not fig["pooled"]["kld"]["mean"] > 0]
+    assert not zero, f"{pin}: KL mean 0 for {zero}: the same model as the reference, so nothing was converted"
 
 
 @pytest.mark.port

@@ -5,7 +5,7 @@ Memory stays bounded at V = 152k: one chunk's logits per engine at a time (``[n_
 311 MB at 512 x 152k, what llama.cpp holds too), widened to float64 only by blocks of
 :data:`oracles.checks.kld.BLOCK_ROWS` rows; what is kept across chunks is :class:`Positions` (six
 numbers a scored position). A receipt's npz holds :meth:`Positions.receipt_arrays`: 24 bytes a
-position whatever V (measured in docs/graded.md); the base file holds llama.cpp's 2-byte quantised
+position whatever V (measured in docs/measurements.md); the base file holds llama.cpp's 2-byte quantised
 rows, ``2 * (V + 4)`` bytes a position (98 MB per 1,000 positions at SmolLM2's 49,152, 304 MB at 152k),
 so it is an export, never a receipt sidecar.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Iterator, Protocol, Sequence
+from typing import Any, Iterator, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -131,6 +131,32 @@ def graded(ref: LogitsEngine, port: LogitsEngine, corpus: Corpus, chunks: Sequen
     """
     per_chunk, seconds = graded_positions(ref, port, corpus, chunks)
     return {**figures(per_chunk, corpus), "seconds": seconds}
+
+
+def graded_many(ref: LogitsEngine, others: Mapping[str, LogitsEngine], corpus: Corpus,
+                chunks: Sequence[int] | None = None) -> dict[str, dict[str, Any]]:
+    """:func:`graded` of each of ``others`` (by label) against ``ref``, the reference's forward of each
+    chunk made once and shared (one chunk's logits per engine in memory at a time).
+
+    Raises:
+        as :func:`graded_positions`.
+    """
+    same_tokens(corpus, ref, "reference")
+    for label, other in others.items():
+        same_tokens(corpus, other, label)
+    per_chunk: dict[str, dict[int, Positions]] = {label: {} for label in others}
+    seconds = {label: 0.0 for label in ["reference", *others]}
+    for c in checked_chunks(corpus, chunks):
+        t0 = time.perf_counter()
+        r = chunk_logits(ref, corpus, c)
+        seconds["reference"] += time.perf_counter() - t0
+        for label, other in others.items():
+            t1 = time.perf_counter()
+            per_chunk[label][c] = logit_positions(r, chunk_logits(other, corpus, c), corpus.chunk_targets(c))
+            seconds[label] += time.perf_counter() - t1
+    return {label: {**figures(per_chunk[label], corpus), "seconds": {"ref_s": seconds["reference"],
+                                                                    "port_s": seconds[label]}}
+            for label in others}
 
 
 def export_base(engine: LogitsEngine, corpus: Corpus, path: Path, chunks: int | None = None) -> dict[str, Any]:
