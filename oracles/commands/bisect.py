@@ -4,6 +4,13 @@ decoder layer, final norm, head) where the port leaves the reference, by the rul
 
     oracles bisect --pin smollm2-135m-instruct --port mlx --record ping
     oracles bisect --port fault:gate_up_swapped --record ping     # a fault port of the panel
+    oracles bisect --pin smollm2-mlx-q4-dequant --port mlx --port-pin smollm2-mlx-q4 --record ping
+
+With ``--port-pin`` the port loads that artifact and the reference the ``--pin`` it is held against;
+the budgets follow the pair's judgment (:func:`oracles.pins.pairing.judgment_of`): float32's for an
+artifact computing in float32 on the reference's weights, the band's (the reference run in the
+artifact's dtype on the record, :meth:`oracles.families.execution.judged.Judge.bisect_tolerance`) for a
+bfloat16 one, so a faithful 4-bit port held against its dequantized reference names no stage.
 
 Prints every stage's NMSE (max over positions), budget, max |Δ| and smallest cosine, the verdict, and
 writes ``<out>/<pin>-<port>-<record>-<UTC>.json`` and ``.png`` (per-stage NMSE, log scale, budget
@@ -28,6 +35,8 @@ from oracles.families import DEFAULT_PIN
 from oracles.families.execution.localise import localise
 
 if TYPE_CHECKING:
+    from oracles.checks.judgment import Judgment
+    from oracles.checks.tolerance import Tolerance
     from oracles.families.execution.prompts import PromptRecord
     from oracles.pins.pin import Pin
 
@@ -39,6 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reference", default="torch", help="reference engine id; default: %(default)s")
     parser.add_argument("--port", required=True,
                         help=f"port engine id, or {FAULT_PREFIX}NAME for a fault port of the panel on the reference")
+    parser.add_argument("--port-pin", default=None,
+                        help="the artifact pin the port loads, held against --pin (a converted artifact); default: --pin")
     parser.add_argument("--record", default="ping",
                         help="prompt record id (mtplx prompts or generation); default: %(default)s")
     parser.add_argument("--snapshot", type=Path, default=None,
@@ -198,6 +209,41 @@ def _check_engines(args: argparse.Namespace) -> None:
         _refuse_unavailable("--port", args.port)
 
 
+def _pair(args: argparse.Namespace, pin: Pin) -> tuple[Pin, Judgment | None]:
+    """The pin the port loads (``--port-pin``, else ``--pin``) and the pair's judgment (None: the same pin).
+
+    Raises:
+        OracleError: a fault port with ``--port-pin`` (it wraps the reference), an unknown pin, two pins
+            whose tokenizer files differ, or a pair nothing can judge (:mod:`oracles.pins.pairing`).
+    """
+    from oracles.pins.pairing import judgment_of, refuse_other_tokenizer
+    from oracles.pins.pin import load_pin
+
+    if args.port_pin is None or args.port_pin == pin.name:
+        return pin, None
+    if args.port.startswith(FAULT_PREFIX):
+        raise OracleError(f"--port-pin {args.port_pin}: a fault port wraps the reference on --pin; it loads no artifact")
+    artifact = load_pin(args.port_pin)
+    refuse_other_tokenizer(f"{pin.name}={artifact.name}", pin, artifact)
+    return artifact, judgment_of(pin, artifact)
+
+
+def _band_budgets(args: argparse.Namespace, root: Path, pin: Pin, reference: Engine, ids: list[int], dtype: str,
+                  tolerance: Tolerance) -> Tolerance:
+    """Bisect's budgets calibrated on the band: the reference engine in ``dtype`` on ``ids``."""
+    from oracles.checks.judgment import Judgment
+    from oracles.engines import engine_class
+    from oracles.families.execution.judged import Judge
+    from oracles.plugin.fixtures import EngineLoader
+
+    loader = EngineLoader(lambda _pin: root, args.threads, lambda _engine_id: {}, lambda *_a, **_k: None, lambda _name: pin)
+    built = loader.build(engine_class(args.reference), root, pin, dtype=dtype)
+    if isinstance(built, str):
+        raise OracleError(built)
+    judge = Judge(Judgment("band", f"the {dtype} band", dtype=dtype), tolerance, band=lambda: built)
+    return judge.bisect_tolerance(lambda _key, fn: fn(), reference, ids, tolerance)
+
+
 def _write(report: dict[str, Any], out: Path, stem: str) -> None:
     """``<out>/<stem>.json`` and ``.png``, both created exclusively; where matplotlib cannot be imported,
     the JSON alone and one line on stderr saying why the PNG is missing (the verdict stands)."""
@@ -232,20 +278,28 @@ def run(args: argparse.Namespace) -> int:
     _check_engines(args)
     pin = load_pin(args.pin)
     _refuse_unsupported("--reference", args.reference, pin)
+    artifact, judge = _pair(args, pin)
     if not args.port.startswith(FAULT_PREFIX):
-        _refuse_unsupported("--port", args.port, pin)
+        _refuse_unsupported("--port", args.port, artifact)
     root = args.snapshot or snapshot_dir(pin)
     verify_snapshot(pin, root, origin="--snapshot" if args.snapshot else None)
+    port_root = root if artifact is pin else snapshot_dir(artifact)
+    if artifact is not pin:
+        verify_snapshot(artifact, port_root)
     reference = _engine(args.reference, root, pin, args.threads)
     try:
-        port, against = _port(args.port, root, pin, args.threads, reference)
+        port, against = _port(args.port, port_root, artifact, args.threads, reference)
         ids = reference.chat_ids(record.message_list)  # the pin's own tokenizer and chat template
     except Unsupported as exc:  # a fault the pin's model has no place for; a tokenizer without a chat template
         raise OracleError(str(exc)) from None
-    report = localise(against, port, ids, args.record, tolerance=port.tolerance())
+    tolerance = port.tolerance()
+    if judge is not None and not judge.exact:
+        tolerance = _band_budgets(args, root, pin, reference, ids, judge.dtype, tolerance)
+    report = localise(against, port, ids, args.record, tolerance=tolerance)
+    report["judgment"] = None if judge is None else judge.as_json()
     print("\n".join(table(report)))
     if report["cannot_localise"]:
         return 2
-    stem = f"{pin.name}-{args.port.replace(':', '-')}-{args.record}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+    stem = f"{artifact.name}-{args.port.replace(':', '-')}-{args.record}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
     _write(report, args.out, stem)
     return 0 if report["divergent"] is None else 1

@@ -1,0 +1,56 @@
+"""``--port-pin`` at collection: the port tests gain one parameter set per artifact pair (ids
+``REF-PORT@ARTIFACT``), only the port tests do, and a bad value stops the session in one line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from oracles.plugin.groups import record_group
+
+pytestmark = [pytest.mark.dry]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _collect(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "--no-receipt", "-p", "no:cacheprovider",
+                           "--port", "mlx", "oracles/suite/test_port.py", "oracles/suite/test_decode.py", *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def _ids(out: str) -> list[str]:
+    return [line for line in out.splitlines() if "::" in line]
+
+
+def test_the_built_in_conversions_are_the_default_pairs() -> None:
+    got = _collect("-k", "prefill_vs_reference or decode_to_stop")
+    ids = _ids(got.stdout)
+    assert got.returncode == 0, got.stdout + got.stderr
+    assert "oracles/suite/test_port.py::test_prefill_vs_reference[smollm2-mlx-q4-dequant-mlx@smollm2-mlx-q4-ping]" in ids
+    assert "oracles/suite/test_port.py::test_prefill_vs_reference[smollm2-135m-instruct-mlx@smollm2-mlx-bf16-ping]" in ids
+    assert "oracles/suite/test_port.py::test_prefill_vs_reference[smollm2-135m-instruct-mlx-ping]" in ids
+    # an engine family test runs on its family's pins only: the artifacts are not among them
+    assert not [i for i in ids if "test_decode.py" in i and ("mlx-q" in i or "bf16" in i)], ids
+
+
+def test_with_pin_or_none_there_are_no_pairs() -> None:
+    for extra in (("--pin", "smollm2-135m-instruct"), ("--port-pin", "none")):
+        ids = _ids(_collect("-k", "prefill_vs_reference", *extra).stdout)
+        assert ids and not [i for i in ids if "@" in i], (extra, ids)
+
+
+def test_a_pair_of_other_tokenizers_is_refused_in_one_line() -> None:
+    got = _collect("--port-pin", "qwen35-vl-twin=smollm2-mlx-bf16")
+    assert got.returncode == 4, got.stdout + got.stderr
+    assert ("--port-pin qwen35-vl-twin=smollm2-mlx-bf16: pin smollm2-mlx-bf16's tokenizer files differ from pin "
+            "qwen35-vl-twin's") in got.stderr
+
+
+def test_an_artifact_pair_has_a_group_of_its_own() -> None:
+    same = record_group({"port"}, {"pin": "a", "port_id": "mlx", "port_pin": "a", "record": "ping"})
+    other = record_group({"port"}, {"pin": "a", "port_id": "mlx", "port_pin": "a-q4", "record": "ping"})
+    assert same == "mtplx:a:ping" and other == "mtplx:a>a-q4:ping"
