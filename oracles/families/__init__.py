@@ -40,7 +40,8 @@ class Family:
     records ``--port-records`` selects; default_pins: the pins it runs on without ``--pin``;
     tokens: the family whose per-tokenizer token ids its records read (``oracles records NAME --pin PIN``
     writes them), or None when its records carry none; per_engine: its runs are made per (pin, engine),
-    each engine held against itself (its xdist group adds the engine, so two workers take two engines).
+    each engine held against itself (its xdist group adds the engine, so two workers take two engines);
+    default_conversions: its port tests run on :data:`CONVERSION_PINS` when no ``--port-pin`` is given.
     """
 
     name: str
@@ -51,6 +52,7 @@ class Family:
     default_pins: tuple[str, ...] = (DEFAULT_PIN,)
     tokens: str | None = None
     per_engine: bool = False
+    default_conversions: bool = True
 
     def serves(self, pin: "Pin") -> str | None:
         """Why this family cannot run on ``pin`` (another modality), or None when it can."""
@@ -61,8 +63,10 @@ class Family:
 
 #: In the order a test carrying several markers is attributed (the chat's port test is mtplx_chat).
 FAMILIES: tuple[Family, ...] = (
+    # The chat's port test on a converted artifact costs ~200 s of mlx-lm CPU time a conversion here: it runs
+    # on the built-in conversions when --port-pin asks, not by default.
     Family("mtplx_chat", "execution oracle family: a 3-turn chat through a prompt cache with snapshot/restore",
-           runs="mtplx_chat", default_pins=TEXT_PINS),
+           runs="mtplx_chat", default_pins=TEXT_PINS, default_conversions=False),
     Family("mtplx", "execution oracle family: forward rows, cache-continuation decode, generation, speculative "
                     "draft/verify/commit", runs="mtplx", default_pins=TEXT_PINS, tokens="mtplx"),
     Family("d1", "read-out oracle family: typed questions read out from log-softmax at an answer slot",

@@ -231,9 +231,18 @@ def _raised_at(exc: BaseException) -> str:
 
 
 @pytest.fixture
-def engine(engines: Engines, engine_id: str, pin: str) -> Engine:
-    """This test's engine (the reference or a port, parameter ``engine_id``) on this test's pin."""
-    return engines(engine_id, pin)
+def engine(engines: Engines, engine_id: str, pin: str, receipt: Receipt) -> Engine:
+    """This test's engine (the reference or a port, parameter ``engine_id``) on this test's pin; what its
+    adapter translated to load the artifact is in the test's record (``translations``), so every verdict
+    that needed it names it."""
+    built = engines(engine_id, pin)
+    _note_translations(built, receipt)
+    return built
+
+
+def _note_translations(built: Engine, receipt: Receipt) -> None:
+    if notes := built.translation_notes():
+        receipt["translations"] = list(notes)
 
 
 @pytest.fixture
@@ -245,10 +254,13 @@ def reference(engines: Engines, pytestconfig: pytest.Config, pin: str) -> Engine
 
 
 @pytest.fixture
-def port(engines: Engines, port_id: str, port_pin: str) -> Engine:
+def port(engines: Engines, port_id: str, port_pin: str, receipt: Receipt) -> Engine:
     """This test's port engine (parameter ``port_id``) on its port pin: this test's pin, or the
-    ``--port-pin`` artifact paired with it (:mod:`oracles.pins.pairing`)."""
-    return engines(port_id, port_pin)
+    ``--port-pin`` artifact paired with it (:mod:`oracles.pins.pairing`); its translations in the test's
+    record, as :func:`engine`."""
+    built = engines(port_id, port_pin)
+    _note_translations(built, receipt)
+    return built
 
 
 @pytest.fixture

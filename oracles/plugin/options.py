@@ -182,7 +182,8 @@ def _port_pins(value: str | None, r: Resolving) -> Mapping[str, Any]:
     from oracles.pins.pairing import parse_port_pins
 
     try:
-        return {"port_pins": parse_port_pins(value, r.project.pins, () if r.fields["pins"] else CONVERSION_PINS)}
+        return {"port_pins": parse_port_pins(value, r.project.pins, () if r.fields["pins"] else CONVERSION_PINS),
+                "port_pins_given": value is not None}
     except OracleError as exc:
         raise _usage(exc) from None
 

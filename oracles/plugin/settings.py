@@ -70,6 +70,7 @@ class Settings:
     deadline: float | None = None
     port_scope: PortScope = PortScope("sample")
     port_pins: tuple["PortPair", ...] = ()
+    port_pins_given: bool = False
     resume: Path | None = None
     project: "Project | None" = field(default=None, compare=False, repr=False)
     _found: _Pairings = field(default_factory=_Pairings, compare=False, repr=False)
@@ -160,8 +161,16 @@ class Settings:
     def port_triples(self, family: Family | None) -> list[tuple[str, str, str]]:
         """(reference pin, port, port pin) of a family's port tests: each port on each pin the family
         runs on (port pin = pin), then each ``--port-pin`` pair the family serves, on each port that can
-        load the artifact (a pair no port can load is left out, with the engine's reason)."""
+        load the artifact (a pair no port can load is left out, with the engine's reason). The default
+        pairs (the built-in conversions, no ``--port-pin`` given) run only in the families whose
+        :attr:`~oracles.families.Family.default_conversions` is set; the others' leave-out is reported."""
         out = [(p, e, p) for p, e in self.pairs(family, self.ports)]
+        if family is not None and not family.default_conversions and not self.port_pins_given:
+            for pair in self.port_pins:
+                self.left_out[(None, pair.label)] = Pairing(None, pair.label, (
+                    f"the built-in conversions run the port, graded and faults families; family {family.name}'s port "
+                    "tests run on them with --port-pin given"))
+            return out
         for pair in self.port_pins:
             reference = self.pin_store.load(pair.reference)
             if family is not None and (why := family.serves(reference)) is not None:

@@ -54,3 +54,15 @@ def test_an_artifact_pair_has_a_group_of_its_own() -> None:
     same = record_group({"port"}, {"pin": "a", "port_id": "mlx", "port_pin": "a", "record": "ping"})
     other = record_group({"port"}, {"pin": "a", "port_id": "mlx", "port_pin": "a-q4", "record": "ping"})
     assert same == "mtplx:a:ping" and other == "mtplx:a>a-q4:ping"
+
+
+def test_the_chat_runs_on_the_built_in_conversions_only_when_asked() -> None:
+    def chat_ids(*extra: str) -> list[str]:
+        got = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "--no-receipt", "-p",
+                              "no:cacheprovider", "--port", "mlx", "oracles/suite/test_chat.py", "-k", "chat_vs_reference",
+                              *extra], cwd=ROOT, capture_output=True, text=True, timeout=300)
+        return [i for i in _ids(got.stdout) if "@" in i]
+
+    assert chat_ids() == []
+    assert "oracles/suite/test_chat.py::test_chat_vs_reference[brief-story-prime-smollm2-mlx-q4-dequant-mlx@smollm2-mlx-q4]" \
+        in chat_ids("--port-pin", "smollm2-mlx-q4")
