@@ -47,17 +47,8 @@ from typing import Any, Iterator
 from oracles.checks.judgment import Judgment
 from oracles.checks.tolerance import FLOAT32
 from oracles.errors import PinError, ReceiptError
-from oracles.receipts.compare import (
-    LEGEND,
-    PinPair,
-    band_bound,
-    compare_pair,
-    listing,
-    plan,
-    summary_figures,
-    table,
-    worst_line,
-)
+from oracles.receipts.compare import PinPair, band_bound, compare_pair, plan
+from oracles.receipts.compare_text import LEGEND, listing, summary_figures, table, worst_line
 from oracles.receipts.files import dump_json, load_json, write_exclusive
 from oracles.receipts.sidecar import find_sidecar, load_npz
 from oracles.receipts.units import Unit

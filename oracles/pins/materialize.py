@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from oracles.errors import PinError
-from oracles.pins.pin import Pin, locate_pypi_file, sha256_file, snapshot_dir, verify_snapshot
+from oracles.pins.pin import Pin, sha256_file, snapshot_dir, verify_snapshot
+from oracles.pins.pypi import locate_pypi_file
 
 
 def build_gguf_snapshot(gguf: Path, out: Path) -> str:

@@ -28,8 +28,6 @@ progress (:func:`store`).
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
-import importlib.util
 import json
 import os
 import re
@@ -399,26 +397,3 @@ def pin_names(value: str | None) -> tuple[str, ...]:
     """A ``--pin`` value (``"a, b"``) as its names in order, each once; None or blank: no names.
     Also how a receipt's recorded ``invocation.pin`` is read back."""
     return tuple(dict.fromkeys(p.strip() for p in (value or "").split(",") if p.strip()))
-
-
-def locate_pypi_file(dist: str, version: str | None, filename: str) -> Path:
-    """The installed file ``filename`` of distribution ``dist`` (which need not be importable).
-
-    Raises:
-        PinError: the distribution is not installed, has another version, or lacks the file.
-    """
-    try:
-        meta = importlib.metadata.distribution(dist)
-    except importlib.metadata.PackageNotFoundError as exc:
-        raise PinError(f"source package {dist}=={version} is not installed: pip install --no-deps {dist}=={version}") from exc
-    if version and meta.version != version:
-        raise PinError(f"source package {dist}: installed {meta.version}, pin asks for {version}")
-    for f in meta.files or []:
-        if Path(str(f)).name == filename:
-            return Path(str(meta.locate_file(f))).resolve()
-    spec = importlib.util.find_spec(dist.replace("-", "_"))
-    if spec is not None and spec.origin:
-        candidate = Path(spec.origin).parent / filename
-        if candidate.is_file():
-            return candidate
-    raise PinError(f"source package {dist}=={meta.version} has no file {filename!r}")

@@ -177,7 +177,8 @@ def test_dequantize_from_a_gguf_file_uses_the_default_pins_builder(tmp_path: Pat
     and GGUF type (read by the gguf package from the real Q4_1 file), not a ``dequantized_from``."""
     import oracles.pins.materialize as materialize
     from oracles.pins.dequantize import pin_dequantized
-    from oracles.pins.pin import locate_pypi_file, sha256_file
+    from oracles.pins.pin import sha256_file
+    from oracles.pins.pypi import locate_pypi_file
 
     def tiny(gguf: Path, out: Path) -> str:
         from safetensors.numpy import save_file

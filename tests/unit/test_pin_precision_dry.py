@@ -16,9 +16,10 @@ from typing import Any
 import pytest
 
 from oracles.errors import PinError
-from oracles.pins.pin import PinStore, load_pin, locate_pypi_file, verify_snapshot
+from oracles.pins.pin import PinStore, load_pin, verify_snapshot
 from oracles.pins.precision import FLOAT32, Precision, check_packing, gguf_type, parse_precision, read_precision
 from oracles.pins.precision import _tensors as tensors_of
+from oracles.pins.pypi import locate_pypi_file
 
 pytestmark = pytest.mark.dry
 

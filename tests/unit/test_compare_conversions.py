@@ -1,0 +1,61 @@
+"""``oracles compare`` on the built-in conversions, from a real port-family receipt: a port test run of
+"ping" with the MLX port on the 4-bit and the bfloat16 artifacts (``--port-pin``), then the command on
+that receipt: the 4-bit port against its dequantized reference passes the float32 bounds, the bfloat16
+port against the float32 original passes its band (the band engine's units are in the receipt), and the
+4-bit port against the float32 original is refused, or with ``--graded`` recorded with no verdict."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+Q4, Q4_DEQUANT, BF16, FP32 = "smollm2-mlx-q4", "smollm2-mlx-q4-dequant", "smollm2-mlx-bf16", "smollm2-135m-instruct"
+
+
+@pytest.fixture(scope="module")
+def receipt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("conversions")
+    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--runslow", "--oracle-threads", "1",
+                          "--port", "mlx", "--pin", FP32, "--port-pin", f"{Q4},{BF16}", "-m", "port or mtplx",
+                          "-k", "(prefill_vs_reference or prefill_comparable) and ping", f"--receipts-dir={out}",
+                          "oracles/suite/test_port.py", "oracles/suite/test_decode.py"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=800, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    (found,) = [p for p in out.rglob("*.json") if not p.name.startswith(".")]
+    return found
+
+
+def _compare(receipt: Path, tmp_path: Path, ref: str, port: str, *extra: str) -> tuple[int, dict[str, Any], str]:
+    out = tmp_path / f"{ref}-{port}.json"
+    got = subprocess.run([sys.executable, "-m", "oracles.cli", "compare", str(receipt), str(receipt), "--ref-pin", ref,
+                          "--port-pin", port, f"--out={out}", *extra], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    return got.returncode, (json.loads(out.read_text()) if out.exists() else {}), got.stdout + got.stderr
+
+
+def test_the_4bit_port_passes_float32_against_its_dequantized_reference(receipt: Path, tmp_path: Path) -> None:
+    code, result, text = _compare(receipt, tmp_path, Q4_DEQUANT, Q4)
+    assert code == 0 and result["all_ok"], text
+    assert result["pins"][0]["judgment"]["kind"] == "exact" and result["rows"][0]["tolerance"] == "float32", text
+
+
+def test_the_bfloat16_port_passes_its_band(receipt: Path, tmp_path: Path) -> None:
+    code, result, text = _compare(receipt, tmp_path, FP32, BF16)
+    assert code == 0 and result["all_ok"], text
+    assert result["pins"][0]["judgment"]["kind"] == "band" and result["rows"][0]["tolerance"].startswith("band"), text
+
+
+def test_the_4bit_port_against_float32_is_graded_not_judged(receipt: Path, tmp_path: Path) -> None:
+    code, _, text = _compare(receipt, tmp_path, FP32, Q4)
+    assert code == 2 and f"pin {Q4} holds affine weights" in text, text
+    code, result, text = _compare(receipt, tmp_path, FP32, Q4, "--graded")
+    assert code == 0, text
+    row = result["rows"][0]
+    assert row["status"] == "graded" and row["max_abs"] > 1, row  # quantization noise, measured 24.4 on "ping"
