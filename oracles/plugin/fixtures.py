@@ -254,10 +254,12 @@ def reference(engines: Engines, pytestconfig: pytest.Config, pin: str) -> Engine
 
 
 @pytest.fixture
-def port(engines: Engines, port_id: str, port_pin: str, receipt: Receipt) -> Engine:
+def port(engines: Engines, port_id: str, pin: str, port_pin: str, receipt: Receipt) -> Engine:
     """This test's port engine (parameter ``port_id``) on its port pin: this test's pin, or the
     ``--port-pin`` artifact paired with it (:mod:`oracles.pins.pairing`); its translations in the test's
-    record, as :func:`engine`."""
+    record, as :func:`engine`. ``pin`` is asked for although unused here: the plugin parametrizes
+    (pin, port_id, port_pin) together, so a test taking ``port`` alone must have all three."""
+    del pin
     built = engines(port_id, port_pin)
     _note_translations(built, receipt)
     return built

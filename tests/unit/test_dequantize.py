@@ -21,8 +21,6 @@ import pytest
 from oracles.errors import PinError
 from oracles.pins.pin import PinStore, load_pin, verify_snapshot
 
-mx = pytest.importorskip("mlx.core")
-
 
 def unpack(words: np.ndarray, bits: int) -> np.ndarray:
     """uint32 [out, in*bits/32] -> uint [out, in], least significant value first."""
@@ -34,7 +32,9 @@ def unpack(words: np.ndarray, bits: int) -> np.ndarray:
 def quantized_folder(root: Path, bits: int = 4, group: int = 32, mode: str = "affine",
                      config_bits: int | None = None) -> dict[str, Any]:
     """A tiny MLX-quantized folder: one linear and a tied embedding quantized, a norm in float32, a
-    tokenizer file and mlx-lm's README. Returns the arrays as numpy (packed words, scales, biases)."""
+    tokenizer file and mlx-lm's README. Returns the arrays as numpy (packed words, scales, biases).
+    mlx is imported here, not at module level: ``pytest -m dry`` collects this file and must not import it."""
+    mx = pytest.importorskip("mlx.core")
     rng = np.random.default_rng(0)
     root.mkdir(parents=True)
     arrays: dict[str, Any] = {"model.norm.weight": mx.array(rng.standard_normal(64).astype(np.float32))}

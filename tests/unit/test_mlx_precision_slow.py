@@ -52,10 +52,18 @@ def _folder(tmp: Path, name: str, dtype: str = "float32", bits: int | None = Non
 
 
 def _port(root: Path) -> Any:
+    """The port on ``root`` under a pin declaring the precision ``oracles pin`` reads from it (float32,
+    the default, where the folder contradicts itself: the port's own refusal is then under test)."""
     from oracles.engines.mlx.lm import MlxPort
+    from oracles.errors import PinError
+    from oracles.pins.precision import FLOAT32, read_precision
 
+    try:
+        precision = read_precision(root, ["model.safetensors"])
+    except PinError:
+        precision = FLOAT32
     pin = Pin(name=root.name, source=f"local:{root}", source_sha256=None, model_class="LlamaForCausalLM", files={},
-              safetensors_headers={}, built_with={}, path=root.parent / f"{root.name}.json")
+              safetensors_headers={}, built_with={}, path=root.parent / f"{root.name}.json", precision=precision)
     return MlxPort(root, pin)
 
 
