@@ -32,8 +32,12 @@ from oracles.receipts.table import Receipt
 
 pytestmark = [pytest.mark.graded, pytest.mark.slow]
 
-#: The chunks a port runs under ``--port-records sample``.
+#: The chunks a port runs under ``--port-records sample``: one 512-token chunk is ~40-75 s of mlx-lm here.
 PORT_SAMPLE_CHUNKS = 1
+#: The chunks the reference-side costs run under ``--port-records sample`` (every chunk under ``all``):
+#: 5 of the 15, spread over the corpus, 2,560 tokens and 1,275 scored positions, so the costs' three
+#: comparisons take ~60 s of torch here instead of ~190 s; the KL mean's uncertainty grows by sqrt(3).
+REFERENCE_SAMPLE_CHUNKS = 5
 #: The figures a band budget holds, each with its power of BAND_RATIO: KL mean and p99 (nats) grow as
 #: the square of a small logit error, RMS delta-p (a probability) as the error itself.
 HELD = (("kld", "mean", 2), ("kld", "p99", 2), ("delta_p", "rms", 1))
@@ -45,7 +49,8 @@ def _corpus(runs: Runs, engine: Engine) -> Any:
 
 def test_conversion_costs(runs: Runs, engines: Engines, pins: PinCache, pytestconfig: pytest.Config, pin: str,
                           receipt: Receipt) -> None:
-    """On a float32 pin, every chunk: the reference in bfloat16 (the band) and the reference on each
+    """On a float32 pin, over the corpus (:data:`REFERENCE_SAMPLE_CHUNKS` of it under ``--port-records
+    sample``, every chunk under ``all``): the reference in bfloat16 (the band) and the reference on each
     dequantized snapshot of the pin's conversions among the session's ``--port-pin`` pairs (the
     quantization cost), each against the reference on the pin, its forward of each chunk shared.
     Graded, not a pass: each cost must be above zero (zero is a model compared with itself)."""
@@ -59,7 +64,9 @@ def test_conversion_costs(runs: Runs, engines: Engines, pins: PinCache, pytestco
         artifact = pins(pair.artifact)
         if pins(pair.reference).precision.dequantized_from == artifact.name and artifact.converted_from == pin:
             others[f"quantization {artifact.name}"] = engines(settings.reference, pair.reference)
-    found = graded_many(base, others, _corpus(runs, base))
+    corpus = _corpus(runs, base)
+    chunks = None if settings.port_scope.kind == "all" else sample_chunks(corpus.n_chunk, REFERENCE_SAMPLE_CHUNKS)
+    found = graded_many(base, others, corpus, chunks)
     receipt.update(kind="conversion-costs", pin=pin, engines={k: f"{e.id} on {e.pin}" for k, e in others.items()},
                    figures=found)
     zero = [label for label, fig in found.items() if not fig["pooled"]["kld"]["mean"] > 0]
