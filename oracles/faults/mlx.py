@@ -17,7 +17,7 @@ import contextlib
 from typing import TYPE_CHECKING, Any, ClassVar, Iterator
 
 from oracles.faults.kinds import LIBRARY_ROPE_BASE, Fault, swapped
-from oracles.faults.port import FACTS, FaultPort
+from oracles.faults.port import FaultPort
 
 if TYPE_CHECKING:
     from oracles.engines.mlx.lm import MlxPort
@@ -157,16 +157,7 @@ class MlxFaultPort(FaultPort):
 
         if not isinstance(base, MlxPort):
             raise TypeError(f"engine {base.id!r} ({type(base).__name__}): an MLX fault is injected into an MlxPort")
-        # FaultPort.__init__ accepts transformers engines only; the rest of its set-up is the same
-        self.base, self.fault = base, fault  # type: ignore[assignment]  # FaultPort calls only Engine members on it
-        self.id = f"{base.id}+{fault.name}"  # type: ignore[misc]  # an instance id: one per wrapped fault
-        for name in FACTS:
-            if hasattr(base, name):
-                setattr(self, name, getattr(base, name))
-        why = fault.why_not(self.base)
-        if why:
-            raise self._unsupported(f"inject the fault {fault.name}", why)
-        self._depth = 0
+        self._adopt(base, fault)  # FaultPort.__init__ checks for a transformers engine; the set-up is the same
 
 
 def mlx_fault_port(name: str, base: Any) -> MlxFaultPort:

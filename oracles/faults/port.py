@@ -54,7 +54,16 @@ class FaultPort(Engine):
     model: Any
 
     def __init__(self, base: Engine, fault: Fault) -> None:
-        self.base, self.fault = faultable(base), fault
+        self._adopt(faultable(base), fault)
+
+    def _adopt(self, base: Any, fault: Fault) -> None:
+        """Wrap ``base``: its facts carried over, the fault checked injectable (a subclass wrapping another
+        kind of engine calls this with its own checked base).
+
+        Raises:
+            oracles.engines.base.Unsupported: the fault cannot be injected into ``base``.
+        """
+        self.base, self.fault = base, fault
         self.id = f"{base.id}+{fault.name}"  # type: ignore[misc]  # an instance id: one per wrapped fault
         for name in FACTS:
             if hasattr(base, name):

@@ -14,7 +14,6 @@ Files and folders whose name starts with ``.`` are not pinned: ``.git``, and the
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import json
 import re
 import sys
@@ -237,13 +236,9 @@ def pin_document(name: str, snap: Snapshot, digests: dict[str, FileDigest], trai
 
 
 def _versions() -> dict[str, str]:
-    out = {}
-    for dist in VERSIONED:
-        try:
-            out[dist] = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            pass
-    return out
+    from oracles.pins.convert import versions
+
+    return versions(VERSIONED)
 
 
 def write_pin(name: str, spec: str, pins_dir: Path | None = None, *, trained: bool = True,

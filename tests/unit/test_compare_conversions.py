@@ -1,6 +1,6 @@
 """``oracles compare`` on the built-in conversions, from a real port-family receipt: a port test run of
-"ping" with the MLX port on the 4-bit and the bfloat16 artifacts (``--port-pin``), then the command on
-that receipt: the 4-bit port against its dequantized reference passes the float32 bounds, the bfloat16
+"ping" with the MLX port on the 4-bit, 8-bit and bfloat16 artifacts (``--port-pin``), then the command on
+that receipt: the 4-bit and 8-bit ports against their dequantized references pass the float32 bounds, the bfloat16
 port against the float32 original passes its band (the band engine's units are in the receipt), and the
 4-bit port against the float32 original is refused, or with ``--graded`` recorded with no verdict."""
 
@@ -18,13 +18,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 Q4, Q4_DEQUANT, BF16, FP32 = "smollm2-mlx-q4", "smollm2-mlx-q4-dequant", "smollm2-mlx-bf16", "smollm2-135m-instruct"
+Q8, Q8_DEQUANT = "smollm2-mlx-q8", "smollm2-mlx-q8-dequant"
 
 
 @pytest.fixture(scope="module")
 def receipt(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("conversions")
     run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--runslow", "--oracle-threads", "1",
-                          "--port", "mlx", "--pin", FP32, "--port-pin", f"{Q4},{BF16}", "-m", "port or mtplx",
+                          "--port", "mlx", "--pin", FP32, "--port-pin", f"{Q4},{Q8},{BF16}", "-m", "port or mtplx",
                           "-k", "(prefill_vs_reference or prefill_comparable) and ping", f"--receipts-dir={out}",
                           "oracles/suite/test_port.py", "oracles/suite/test_decode.py"],
                          cwd=ROOT, capture_output=True, text=True, timeout=800, env={**os.environ, "HF_HUB_OFFLINE": "1"})
@@ -40,8 +41,10 @@ def _compare(receipt: Path, tmp_path: Path, ref: str, port: str, *extra: str) ->
     return got.returncode, (json.loads(out.read_text()) if out.exists() else {}), got.stdout + got.stderr
 
 
-def test_the_4bit_port_passes_float32_against_its_dequantized_reference(receipt: Path, tmp_path: Path) -> None:
-    code, result, text = _compare(receipt, tmp_path, Q4_DEQUANT, Q4)
+@pytest.mark.parametrize(("dequantized", "artifact"), [(Q4_DEQUANT, Q4), (Q8_DEQUANT, Q8)])
+def test_a_quantized_port_passes_float32_against_its_dequantized_reference(receipt: Path, tmp_path: Path,
+                                                                           dequantized: str, artifact: str) -> None:
+    code, result, text = _compare(receipt, tmp_path, dequantized, artifact)
     assert code == 0 and result["all_ok"], text
     assert result["pins"][0]["judgment"]["kind"] == "exact" and result["rows"][0]["tolerance"] == "float32", text
 
