@@ -4,7 +4,7 @@ costs, with llama-perplexity's ``--kl-divergence`` statistics over the shipped c
 
 * Conversion costs, on a float32 pin: the reference against the reference run in bfloat16 (the band
   a bfloat16 port is judged by, :mod:`oracles.checks.judgment`) and against each float32 snapshot
-  dequantized from one of the pin's quantized conversions (``--port-pin`` pairs): the cost of the
+  dequantized from one of the pin's quantized conversions (in the pin store): the cost of the
   weights alone, no port involved. A figure, not a pass: the test holds only that no cost is zero (a
   comparison of a model with itself; oracles/checks/kld.py's tests hold the statistics).
 * A bfloat16 port (a ``--port-pin`` pair judged by a band) against the float32 reference over the
@@ -51,8 +51,8 @@ def test_conversion_costs(runs: Runs, engines: Engines, pins: PinCache, pytestco
                           receipt: Receipt) -> None:
     """On a float32 pin, over the corpus (:data:`REFERENCE_SAMPLE_CHUNKS` of it under ``--port-records
     sample``, every chunk under ``all``): the reference in bfloat16 (the band) and the reference on each
-    dequantized snapshot of the pin's conversions among the session's ``--port-pin`` pairs (the
-    quantization cost), each against the reference on the pin, its forward of each chunk shared.
+    dequantized snapshot, in the pin store, of one of the pin's conversions (the quantization cost),
+    each against the reference on the pin, its forward of each chunk shared.
     Graded, not a pass: each cost must be above zero (zero is a model compared with itself)."""
     settings = settings_of(pytestconfig)
     if pins(pin).precision.weights != "float32":
@@ -60,10 +60,10 @@ def test_conversion_costs(runs: Runs, engines: Engines, pins: PinCache, pytestco
                     "float32 pin it was converted from")
     base = engines(settings.reference, pin)
     others = {"bfloat16 band": engines(settings.reference, pin, dtype="bfloat16")}
-    for pair in settings.port_pins:
-        artifact = pins(pair.artifact)
-        if pins(pair.reference).precision.dequantized_from == artifact.name and artifact.converted_from == pin:
-            others[f"quantization {artifact.name}"] = engines(settings.reference, pair.reference)
+    for name in settings.pin_store.names():  # every dequantized snapshot of one of this pin's conversions
+        source = pins(name).precision.dequantized_from
+        if source is not None and pins(source).converted_from == pin:
+            others[f"quantization {source}"] = engines(settings.reference, name)
     corpus = _corpus(runs, base)
     chunks = None if settings.port_scope.kind == "all" else sample_chunks(corpus.n_chunk, REFERENCE_SAMPLE_CHUNKS)
     found = graded_many(base, others, corpus, chunks)

@@ -140,7 +140,8 @@ def test_decode_vs_reference(runs: Runs, reference: Engine, port: Engine, judge:
                              receipt: Receipt, pytestconfig: pytest.Config) -> None:
     """Greedy cache-continuation decode: the cached step logits within the bounds; the same tokens
     (under a band: a token changes only at a near tie)."""
-    ref, got = ex.decode(runs, reference, record), ex.decode(runs, port, record)
+    ref = ex.decode(runs, reference, record)
+    got = ex.decode_steps(runs, port, record, shared=port.pin == reference.pin)
     first = first_divergence(ref.tokens, got.tokens)
     receipt.update(request_sha256=record.sha256, kind="decode", first_divergent_token=first,
                    ref_tokens=ref.tokens, port_tokens=got.tokens)
@@ -196,7 +197,7 @@ def test_speculative_vs_reference(runs: Runs, engines: Engines, reference: Engin
     if judge.judgment.exact:
         assert_ids_equal(got.tokens, ref.tokens, judge.label(f"{record.id}: port {port.id} speculative (twin) vs reference"))
     else:
-        own = ex.decode(runs, port, record)
+        own = ex.decode_steps(runs, port, record, shared=port.pin == reference.pin)
         receipt.update(vs_own_greedy=first_divergence(own.tokens, got.tokens))
         assert_ids_equal(got.tokens, own.tokens, judge.label(f"{record.id}: port {port.id} speculative (twin) vs its own "
                                                              "greedy decode"))

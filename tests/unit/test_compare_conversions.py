@@ -26,7 +26,8 @@ def receipt(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("conversions")
     run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--runslow", "--oracle-threads", "1",
                           "--port", "mlx", "--pin", FP32, "--port-pin", f"{Q4},{Q8},{BF16}", "-m", "port or mtplx",
-                          "-k", "(prefill_vs_reference or prefill_comparable) and ping", f"--receipts-dir={out}",
+                          "-k", "(prefill_vs_reference and ping) or (prefill_comparable and ping and torch)",
+                          f"--receipts-dir={out}",
                           "oracles/suite/test_port.py", "oracles/suite/test_decode.py"],
                          cwd=ROOT, capture_output=True, text=True, timeout=800, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]

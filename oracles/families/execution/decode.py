@@ -81,7 +81,7 @@ def greedy_steps(engine: Engine, cache: Any, first: np.ndarray, max_new_tokens: 
 
 def greedy_decode(engine: Engine, ids: Sequence[int], max_new_tokens: int, every: int) -> DecodeRun:
     """Greedy decode of ``ids`` through ``engine``'s KV cache (:func:`greedy_steps`), then the
-    scheduled recomputes.
+    scheduled recomputes (none for ``every`` 0: a run whose step logits alone are held).
 
     Raises whatever ``engine.forward`` raises (a prompt longer than the context, for one).
     """
@@ -94,7 +94,7 @@ def greedy_decode(engine: Engine, ids: Sequence[int], max_new_tokens: int, every
     run = DecodeRun(prompt=list(ids), tokens=tokens, finish_reason=finish, max_new_tokens=max_new_tokens,
                     every=every, step_logits=np.stack(rows).astype("<f4"), prefill_seconds=t1 - t0,
                     decode_seconds=t2 - t1)
-    for s in recompute_steps(len(tokens), every):
+    for s in recompute_steps(len(tokens), every) if every else []:
         run.recomputed[s] = engine.forward(list(ids) + tokens[:s], None, keep=1).logits[-1]
     run.recompute_seconds = time.perf_counter() - t2
     return run

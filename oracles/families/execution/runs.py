@@ -76,6 +76,21 @@ def decode(runs: Runs, engine: Engine, record: PromptRecord) -> DecodeRun:
     return runs(key("decode", engine, record), lambda: greedy_decode_checked(engine, record))
 
 
+def decode_steps(runs: Runs, engine: Engine, record: PromptRecord, shared: bool) -> DecodeRun:
+    """The greedy cached decode a port test holds (its tokens and step logits): :func:`decode`'s run
+    where an mtplx test makes it too (``shared``: the engine on one of the family's pins), else the same
+    decode without the recomputes, which only test_decode's checks read (each a prefill: 6-10 s of
+    mlx-lm on a 4-bit artifact here, 11 of them on a 64-token answer)."""
+    if shared:
+        return decode(runs, engine, record)
+
+    def steps() -> DecodeRun:
+        check_fits(engine, record.id, len(record.ids))
+        return greedy_decode(engine, record.ids, MAX_NEW_TOKENS, 0)
+
+    return runs(key("decode-steps", engine, record), steps)
+
+
 def generate(runs: Runs, engine: Engine, record: PromptRecord, mode: str, attempt: int = 1) -> Generation:
     return runs(key("generate", engine, record, mode, attempt),
                 lambda: engine.generate(list(record.ids), SAMPLERS[mode], MAX_NEW_TOKENS))
