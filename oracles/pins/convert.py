@@ -16,11 +16,14 @@ mlx and mlx-lm are imported inside the builders, never at import.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.metadata
 import json
+import shutil
+import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from oracles.errors import PinError
 from oracles.pins.pin import FileDigest, Pin, file_digests, load_pin, safetensors_header, sha256_file, snapshot_dir
@@ -34,6 +37,22 @@ TOOL_DISTRIBUTIONS = {"mlx_lm.convert": "mlx-lm", "mx.dequantize": "mlx", "trans
 BUILT_WITH = {"mlx_lm.convert": ("mlx", "mlx-lm", "transformers", "safetensors", "tokenizers"),
               "mx.dequantize": ("mlx", "numpy", "safetensors"),
               "transformers.gguf": ("torch", "transformers", "gguf", "safetensors", "tokenizers")}
+
+
+@contextlib.contextmanager
+def building(dest: Path) -> Iterator[Path]:
+    """A temporary folder beside ``dest`` to build a snapshot in: when the block ends cleanly it replaces
+    ``dest`` whole (renamed into place), when it raises it is removed and ``dest`` is untouched."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    try:
+        yield tmp
+        if dest.exists():
+            shutil.rmtree(dest)
+        tmp.rename(dest)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
 
 
 def versions(names: tuple[str, ...]) -> dict[str, str]:

@@ -22,12 +22,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from oracles.errors import OracleError, PinError
-from oracles.pins.convert import TOOL_DISTRIBUTIONS, built_fields, model_class_of, source_of, versions
+from oracles.pins.convert import TOOL_DISTRIBUTIONS, building, built_fields, model_class_of, source_of, versions
 from oracles.pins.pin import Pin, PinStore, load_pin, oracles_home, store, verify_snapshot
 from oracles.pins.precision import QUANT_KEYS, _tensors, check_packing, gguf_type, module_quantization, quantization
 
@@ -139,21 +138,13 @@ def pin_dequantized(name: str, spec: str, pins_dir: Path | None = None) -> Pin:
     dist = TOOL_DISTRIBUTIONS[tool]
     extra = {"gguf_type": gguf_type(root)} if root.is_file() else {"dequantized_from": called}
     dest = oracles_home() / "snapshots" / name
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=dest.parent))
-    try:
+    with building(dest) as tmp:
         model_class = dequantize_snapshot(root, tmp)
         doc = {"name": name, "source": source, **built_fields(tmp, model_class, digest, tool, extra),
                "recipe": {"tool": tool, "version": versions((dist,)).get(dist, ""), "arguments": {}}}
         if is_pin:
             doc["converted_from"] = spec
         pin = _write_pin_file(draft.path, doc)
-        if dest.exists():
-            shutil.rmtree(dest)
-        tmp.rename(dest)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
     verify_snapshot(pin, dest)
     return pin
 

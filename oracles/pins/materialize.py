@@ -13,8 +13,6 @@ torch and transformers are imported inside the functions, never at module import
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -109,9 +107,9 @@ def materialize(pin: Pin, dest: Path | None = None, *, write_pin: bool = False) 
             raise PinError(f"{gguf}: source sha256 mismatch: expected {pin.source_sha256}, actual {got}")
         extra["gguf_type"] = _check_gguf_type(pin, gguf, write_pin)
         build = lambda out: build_gguf_snapshot(gguf, out)  # noqa: E731
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
-    try:
+    from oracles.pins.convert import building
+
+    with building(dest) as tmp:
         model_class = build(tmp)
         if write_pin:
             _write_pin(pin, tmp, got, model_class, extra)
@@ -119,12 +117,6 @@ def materialize(pin: Pin, dest: Path | None = None, *, write_pin: bool = False) 
 
             pin = load_pin(pin.path)
         result = verify_snapshot(pin, tmp)
-        if dest.exists():
-            shutil.rmtree(dest)
-        tmp.rename(dest)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
     return {**result, "root": str(dest), "built": True}
 
 

@@ -107,7 +107,7 @@ def _artifact_units(kind: str, record: PromptRecord, receipt: Receipt, pytestcon
                     judge: Judge, sides: dict[Engine, tuple[Any, Any]], band_key: Any, band_rows: Callable[[Engine], Any],
                     band_tokens: Any = None) -> None:
     """The comparable units of a ``--port-pin`` pair (``oracles compare --ref-pin REF --port-pin ARTIFACT``):
-    the port's on the artifact pin; the reference's when no engine family runs on its pin in this session
+    the port's on the artifact pin; the reference's when no engine family runs on its pin in the same run
     (a dequantized reference: otherwise that family's test attaches it, and one key is one unit); the band
     engine's (``torch@bfloat16`` on the reference pin) under a band judgment, its rows those the band was
     measured on. ``sides``: engine -> (tokens or None, ``[T, V]`` logits)."""
