@@ -27,6 +27,7 @@ Nothing heavy is imported here: ``gguf`` only inside :func:`gguf_type`.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import Counter
 from dataclasses import asdict, dataclass
@@ -129,6 +130,15 @@ def gguf_type(path: Path) -> str:
     Raises:
         PinError: the file is not a GGUF file the ``gguf`` package reads (path named).
     """
+    stat = path.stat()
+    return _gguf_type(str(path), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=8)
+def _gguf_type(path: str, _mtime_ns: int, _size: int) -> str:
+    """:func:`gguf_type` of one version of a file (its path, modification time and size): the reader
+    parses every tensor's header, ~3 s on the default pin's source, and materialise and verification
+    ask it more than once."""
     import gguf
 
     try:
