@@ -90,7 +90,8 @@ def judgment_of(reference: "Pin", artifact: "Pin") -> "Judgment":
       ``exact`` when the artifact computes in float32 (its port's own bounds, FLOAT32 by default);
     * an artifact that computes in bfloat16 / float16 on weights of that dtype converted from
       ``reference``: ``band`` in that dtype;
-    * a dequantized reference whose artifact computes in a reduced dtype: ``band`` too.
+    * a dequantized reference whose artifact computes in a reduced dtype, or on activations rounded to
+      8-bit blocks (``q8_1``: llama.cpp's CPU on a quantized GGUF): ``band`` too.
 
     Raises:
         PinError: a quantized artifact held against a reference that does not hold its weights (its
@@ -106,8 +107,9 @@ def judgment_of(reference: "Pin", artifact: "Pin") -> "Judgment":
     if same_weights and compute == "float32":
         return Judgment("exact", f"port pin {artifact.name} computes in float32 on the weights of {reference.name}")
     if same_weights or cast_of:
-        return Judgment("band", f"port pin {artifact.name} computes in {compute}: held to the band of the reference run "
-                                f"in {compute} on {reference.name}", dtype=compute)
+        how = "on activations rounded to q8_1 blocks" if compute == "q8_1" else f"in {compute}"
+        return Judgment("band", f"port pin {artifact.name} computes {how}: held to the band of the reference run "
+                                f"{how} on {reference.name}", dtype=compute)
     raise PinError(f"--port-pin {reference.name}={artifact.name}: pin {artifact.name} holds {weights} weights, which pin "
                    f"{reference.name} does not hold; hold it against its dequantized reference (oracles pin NAME "
                    "--dequantize-from DIR); its quantization cost against the float32 original is graded (-m graded)")

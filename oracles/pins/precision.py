@@ -38,7 +38,10 @@ from typing import Any
 from oracles.errors import PinError
 
 WEIGHTS = ("float32", "bfloat16", "float16", "affine", "mxfp4", "mxfp8", "nvfp4", "gguf")
-COMPUTE = ("float32", "bfloat16", "float16")
+#: What the activations are computed in. ``q8_1``: float32, with the input of every quantized matrix
+#: product rounded to 8-bit blocks of 32 (llama.cpp's CPU kernels on a quantized GGUF:
+#: oracles.engines.torch.activations).
+COMPUTE = ("float32", "bfloat16", "float16", "q8_1")
 #: ``mlx.core.quantize`` modes: the ``weights`` values a quantized artifact has (its ``mode``).
 QUANTIZED = ("affine", "mxfp4", "mxfp8", "nvfp4")
 #: safetensors dtype names of the floating types a precision names (the safetensors format's own).
