@@ -33,6 +33,21 @@ def pinned_config(pin: Pin) -> dict[str, Any] | None:
     return config if isinstance(config, dict) else None
 
 
+#: The file kinds a runtime loads as one file (llama.cpp a GGUF, LiteRT a flatbuffer), not a model folder.
+SINGLE_FILE_ARTIFACTS = (".gguf", ".tflite")
+
+
+def single_file_artifact(pin: Pin) -> str | None:
+    """The pinned file a single-file runtime loads (``"model.gguf"``, by :data:`SINGLE_FILE_ARTIFACTS`)
+    when ``pin``'s files hold one and no safetensors weights (so a folder loader such as transformers
+    or mlx-lm has nothing to read; tokenizer files and a config may sit beside it), else None. From the
+    pin file alone."""
+    if any(n.endswith(".safetensors") for n in pin.files):
+        return None
+    found = sorted(n for n in pin.files if n.endswith(SINGLE_FILE_ARTIFACTS))
+    return found[0] if found else None
+
+
 def check_forward_length(engine: Engine, cached: int, new: int) -> None:
     """Refuse an empty forward, or one whose ``cached + new`` positions pass ``engine.max_context``
     (the model config's ``max_position_embeddings``; 0 means no limit).

@@ -53,3 +53,21 @@ def test_engine_without_chat_template_refuses_to_render() -> None:
     engine.tokenizer = type("T", (), {"chat_template": None})()
     with pytest.raises(Unsupported, match=r"engine 'short' cannot render a chat: pin tiny-context has no chat template"):
         engine.chat_ids([{"role": "user", "content": "x"}])
+
+
+def test_a_single_file_artifact_is_left_to_its_runtime_by_the_folder_loaders() -> None:
+    from dataclasses import replace
+
+    from oracles.engines.guards import single_file_artifact
+    from oracles.engines.mlx.lm import MlxPort
+    from oracles.engines.torch.reference import TorchReference
+    from oracles.pins.pin import FileDigest
+
+    digest = FileDigest(1, "0" * 64)
+    gguf = replace(fake_pin("a-gguf", "LlamaForCausalLM"), files={"model.gguf": digest, "tokenizer.json": digest})
+    folder = replace(gguf, name="a-folder", files={**gguf.files, "model.safetensors": digest})
+    assert single_file_artifact(gguf) == "model.gguf" and single_file_artifact(folder) is None
+    for cls in (MlxPort, TorchReference):
+        why = cls.unsupported_pin(gguf)
+        assert why is not None and "pin a-gguf's artifact is model.gguf" in why, why
+        assert cls.unsupported_pin(folder) is None  # positive control: the folder is theirs to load

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from oracles.engines.base import Engine, Generation, Prompt, Sampler, Step, check_forward_length, hub_offline, pinned_config
+from oracles.engines.guards import single_file_artifact
 from oracles.engines.mlx import hybrid as mlx_hybrid
 from oracles.engines.mlx.cohort import MlxCohort, to_numpy
 from oracles.engines.mlx.config import Translation, missing_model_module, mlx_reading, rope_overrides, translations
@@ -99,6 +100,8 @@ class MlxPort(MlxCohort):
         test loading the weights to learn it."""
         if pin.modality != "text":
             return f"mlx-lm loads text models; pin {pin.name} is {pin.model_class} (its port is mlx-vlm)"
+        if single := single_file_artifact(pin):
+            return f"mlx-lm loads a model folder (config.json and safetensors); pin {pin.name}'s artifact is {single}"
         config = pinned_config(pin)
         if config is None:
             return None

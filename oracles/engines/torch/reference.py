@@ -125,8 +125,11 @@ class TorchReference(TorchCohort):
 
     @classmethod
     def unsupported_pin(cls, pin: Any) -> str | None:
+        from oracles.engines.guards import single_file_artifact
         from oracles.engines.torch.vision import VISION_CLASSES
 
+        if single := single_file_artifact(pin):
+            return f"transformers loads a model folder (config.json and weights); pin {pin.name}'s artifact is {single}"
         if pin.modality != "text" and pin.model_class not in VISION_CLASSES:
             return (f"this adapter loads text models and the vision-language classes {', '.join(VISION_CLASSES)}; "
                     f"pin {pin.name} is {pin.model_class}")
