@@ -32,6 +32,11 @@ TEXT_PINS = (DEFAULT_PIN, HYBRID_PIN)
 #: (tests/unit/test_compare_conversions.py) and grades its cost: its whole port family is ~60 s of
 #: mlx-lm CPU here, which ``make test``'s 20-minute budget does not hold.
 CONVERSION_PINS = ("smollm2-mlx-bf16", "smollm2-mlx-q4")
+#: The conversions among :data:`CONVERSION_PINS` whose runtime also runs the engine families by default
+#: (mtplx's forward, decode and generation, d1's read-out, the cohort: each port's own checks on the
+#: artifact). The MLX conversions run them with ``--port-pin`` naming them: mlx-lm on this machine's CPU
+#: (~7 tokens/s) would cost their d1 and mtplx records minutes that make test's budget does not hold.
+ENGINE_CONVERSIONS: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -155,8 +155,28 @@ class Settings:
         return compat[key] is None
 
     def pairs(self, family: Family | None, engines: Sequence[str]) -> list[tuple[str, str]]:
-        """(pin, engine) pairs of a family's tests over ``engines``, compatible ones only."""
-        return [(p, e) for p in self.pins_for(family) for e in engines if self.compatible(e, p)]
+        """(pin, engine) pairs of a family's tests over ``engines``, compatible ones only: each engine on
+        each pin the family runs on, then each port on each artifact of :meth:`engine_artifacts` it can
+        load (the port's own checks on what the user ships: its cache, its generation, its read-out)."""
+        out = [(p, e) for p in self.pins_for(family) for e in engines if self.compatible(e, p)]
+        ports = [e for e in engines if e in self.ports]
+        return out + [(a, e) for a in self.engine_artifacts(family) for e in ports if self.compatible(e, a)]
+
+    def engine_artifacts(self, family: Family | None) -> list[str]:
+        """The ``--port-pin`` artifacts a family's engine tests also run on: every one ``--port-pin`` names,
+        or by default those of :data:`~oracles.families.ENGINE_CONVERSIONS`, in the families with
+        :attr:`~oracles.families.Family.default_conversions`; each only where the family serves its
+        reference (the artifact's records are its reference's: their tokenizers are equal)."""
+        from oracles.families import ENGINE_CONVERSIONS
+
+        if family is None or not (family.default_conversions or self.port_pins_given):
+            return []
+        out: list[str] = []
+        for pair in self.port_pins:
+            if (self.port_pins_given or pair.artifact in ENGINE_CONVERSIONS) and pair.artifact not in out and \
+                    family.serves(self.pin_store.load(pair.reference)) is None:
+                out.append(pair.artifact)
+        return out
 
     def port_triples(self, family: Family | None) -> list[tuple[str, str, str]]:
         """(reference pin, port, port pin) of a family's port tests: each port on each pin the family

@@ -37,6 +37,14 @@ def test_the_built_in_conversions_are_the_default_pairs() -> None:
     assert not [i for i in ids if "test_decode.py" in i and ("mlx-q" in i or "bf16" in i)], ids
 
 
+def test_a_named_artifact_runs_the_engine_families_on_the_ports_that_load_it() -> None:
+    ids = _ids(_collect("-k", "decode_to_stop", "--port-pin", "smollm2-mlx-q4").stdout)
+    # the port's own checks on the artifact: its pin, its engine; the reference never loads it
+    assert "oracles/suite/test_decode.py::test_decode_to_stop[arith-smollm2-mlx-q4-mlx]" in ids, ids
+    assert not [i for i in ids if "smollm2-mlx-q4-torch" in i], ids
+    assert "oracles/suite/test_decode.py::test_decode_to_stop[arith-smollm2-135m-instruct-torch]" in ids, ids
+
+
 def test_with_pin_or_none_there_are_no_pairs() -> None:
     for extra in (("--pin", "smollm2-135m-instruct"), ("--port-pin", "none")):
         ids = _ids(_collect("-k", "prefill_vs_reference", *extra).stdout)
