@@ -198,7 +198,9 @@ class EngineLoader:
         if refusal is not None:
             return refusal
         install_checks(engine)
-        self.emit("engine_loaded", name=engine.id, pin=pin.name, seconds=round(seconds, 4), **engine.describe())
+        # the conversion that made the artifact is part of every verdict on it, as the runtime's settings are
+        made = {"artifact_recipe": pin.recipe} if pin.recipe else {}
+        self.emit("engine_loaded", name=engine.id, pin=pin.name, seconds=round(seconds, 4), **made, **engine.describe())
         return engine
 
     @staticmethod
