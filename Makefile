@@ -24,7 +24,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[torch,mlx,mlx-vlm,dev]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[torch,mlx,mlx-vlm,llamacpp,dev]'
 	# The clef port, without its declared dependencies (see pyproject's mlx-vlm extra: 22 packages,
 	# 185 MB of wheels, 695 MB installed, none imported); what its import needs is in that extra.
 	$(BIN)/python -m pip install --quiet --no-deps -c constraints.txt mlx-vlm==0.7.10
@@ -44,6 +44,10 @@ materialize: setup
 	$(BIN)/oracles materialize smollm2-mlx-q8-dequant
 	$(BIN)/oracles materialize smollm2-mlx-q4
 	$(BIN)/oracles materialize smollm2-mlx-q4-dequant
+	# SmolLM2 as llama.cpp runs it: the shipped Q4_1 GGUF itself (the default pin dequantises it), and the F32 GGUF
+	# llama.cpp's own convert_hf_to_gguf.py (llama-cpp-python 0.3.36 sdist, cached in $$ORACLES_HOME/tools) makes of $(PIN)
+	$(BIN)/oracles materialize smollm2-gguf-q4_1
+	$(BIN)/oracles materialize smollm2-gguf-f32
 
 oracle: materialize
 	$(BIN)/python -m pytest oracles/suite --runslow --receipt-tag oracle $(PARALLEL) $(PYTEST_ARGS); status=$$?; \
