@@ -116,7 +116,8 @@ class LlamaCppPort(Engine):
         self.max_context = min(n_ctx, self.rt.n_ctx_train) if self.rt.n_ctx_train > 0 else n_ctx
         lib = self.rt.lib
         self.eos_token_ids = frozenset(i for i in range(self.vocab_size) if lib.llama_vocab_is_eog(self.rt.vocab, i))
-        self.tokenizer = LlamaTokenizer(self.rt)
+        self.llama_tokenizer = LlamaTokenizer(self.rt)
+        self.tokenizer = self.llama_tokenizer
         self._scratch: Context | None = None
 
     def _checked_header(self) -> Any:
@@ -232,13 +233,14 @@ class LlamaCppPort(Engine):
         Raises:
             Unsupported: the GGUF has no chat template, or llama.cpp does not recognise it.
         """
-        if not self.tokenizer.chat_template:
+        tok = self.llama_tokenizer
+        if not tok.chat_template:
             raise self._unsupported("render a chat", f"{self.gguf.name} has no tokenizer.chat_template")
         try:
-            text = self.tokenizer.render(list(messages), add_generation_prompt)
+            text = tok.render(list(messages), add_generation_prompt)
         except OracleError as exc:
             raise self._unsupported("render a chat", str(exc)) from None
-        return self.tokenizer.encode(text, add_special_tokens=False)
+        return tok.encode(text, add_special_tokens=False)
 
     def _sampler_chain(self, sampler: Sampler) -> Any:
         lib = self.rt.lib
@@ -293,4 +295,4 @@ class LlamaCppPort(Engine):
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of ``ids`` by llama.cpp's detokenizer, special tokens kept."""
-        return self.tokenizer.decode(list(ids), skip_special_tokens=False)
+        return self.llama_tokenizer.decode(list(ids), skip_special_tokens=False)

@@ -73,7 +73,7 @@ def elf_hash(name: bytes) -> int:
     return h
 
 
-def _sections(data: bytes) -> list[tuple[int, int, int, int]]:
+def _sections(data: bytes | bytearray) -> list[tuple[int, int, int, int]]:
     """(type, offset, size, link) of every section header of a little-endian ELF64 file."""
     shoff, = struct.unpack_from("<Q", data, 0x28)
     shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
