@@ -90,15 +90,16 @@ def test_tokenizer_and_chat_rendering(engine: Any, reference: Any, ping: list[in
     assert engine.decode(ping) == ref_tok.decode(ping, skip_special_tokens=False)
     with_system = [{"role": "system", "content": "Be brief."}, *PING]
     assert engine.chat_ids(with_system) == list(reference.chat_ids(with_system))
-    # llama.cpp renders the GGUF's template as its built-in ChatML: SmolLM2's default system message is not added
-    bare = "<|im_start|>user\nping<|im_end|>\n<|im_start|>assistant\n"
-    assert engine.chat_ids(PING) == list(ref_tok.encode(bare, add_special_tokens=False)) != ping
+    assert engine.chat_ids(PING) == ping  # the GGUF's template run as Jinja (llama.cpp's --jinja)
+    # llama_chat_apply_template renders it as its built-in ChatML: SmolLM2's default system message is not added
+    builtin = engine.llama_tokenizer.render_builtin(PING, True)
+    assert builtin == "<|im_start|>user\nping<|im_end|>\n<|im_start|>assistant\n"
 
 
 def test_describe_records_the_runtime_settings(engine: Any) -> None:
     d = engine.describe()
     assert (d["kv_type"], d["n_threads"], d["llama_cpp_tag"], d["llama-cpp-py-sync"]) == ("f32", 1, "b11739", "0.11739")
-    assert d["n_ctx"] == engine.settings.n_ctx and d["gguf_type"] == "ALL_F32"
+    assert d["n_ctx"] == engine.settings.n_ctx and d["gguf_type"] == "ALL_F32" and d["chat_mode"] == "jinja"
 
 
 def test_unknown_architecture_names_the_field(tmp_path: Path) -> None:

@@ -72,13 +72,15 @@ class LlamaCppPort(Engine):
         kv_type: ``"f32"`` or ``"f16"`` (``type_k`` = ``type_v``).
         n_ctx: positions each cache holds.
         flash_attn: llama.cpp's flash-attention path.
+        chat_mode: how ``chat_ids`` renders the GGUF's template: ``"jinja"`` (as llama.cpp's ``--jinja``)
+            or ``"builtin"`` (``llama_chat_apply_template``; :mod:`oracles.engines.llamacpp.tokenizer`).
 
     Raises:
         PinError: a truncated GGUF, or its ``tokenizer.ggml.tokens`` differ from the snapshot's
             tokenizer.json (file and field named).
         OracleError: llama.cpp refuses the file (an unknown ``general.architecture``: field named, and
             llama.cpp's reason quoted), or the library cannot be opened.
-        ValueError: a ``kv_type`` other than f32 / f16.
+        ValueError: a ``kv_type`` other than f32 / f16, a ``chat_mode`` other than jinja / builtin.
     """
 
     id = "llamacpp"
@@ -99,7 +101,7 @@ class LlamaCppPort(Engine):
         return None
 
     def __init__(self, root: Path, pin: "Pin", threads: int = 0, *, kv_type: str = "f32", n_ctx: int = 2048,
-                 flash_attn: bool = False) -> None:
+                 flash_attn: bool = False, chat_mode: str = "jinja") -> None:
         super().__init__(root, pin, threads)
         from oracles.engines.llamacpp.runtime import KV_TYPES, Runtime, Settings
         from oracles.engines.llamacpp.tokenizer import LlamaTokenizer
@@ -116,7 +118,7 @@ class LlamaCppPort(Engine):
         self.max_context = min(n_ctx, self.rt.n_ctx_train) if self.rt.n_ctx_train > 0 else n_ctx
         lib = self.rt.lib
         self.eos_token_ids = frozenset(i for i in range(self.vocab_size) if lib.llama_vocab_is_eog(self.rt.vocab, i))
-        self.llama_tokenizer = LlamaTokenizer(self.rt)
+        self.llama_tokenizer = LlamaTokenizer(self.rt, chat_mode)
         self.tokenizer = self.llama_tokenizer
         self._scratch: Context | None = None
 
@@ -160,6 +162,7 @@ class LlamaCppPort(Engine):
                 "library_patch": self.rt.patch, "gguf": self.gguf.name, "gguf_type": self.header.file_type,
                 "kv_type": s.kv_type, "threads": self.threads or None, "n_threads": self._context().threads,
                 "n_ctx": s.n_ctx, "n_batch": s.n_batch, "flash_attn": s.flash_attn,
+                "chat_mode": self.llama_tokenizer.chat_mode,
                 "system_info": self.rt.ffi.string(self.rt.lib.llama_print_system_info()).decode().strip(),
                 "precision": self.pin_file.precision.describe(), "config_overrides": {}}
 
@@ -227,11 +230,11 @@ class LlamaCppPort(Engine):
 
     # -- chat and generation -----------------------------------------------------------------
     def chat_ids(self, messages: Sequence[dict[str, str]], add_generation_prompt: bool = True) -> list[int]:
-        """Ids of ``messages`` rendered by llama.cpp from the GGUF's chat template
-        (:class:`oracles.engines.llamacpp.tokenizer.LlamaTokenizer`).
+        """Ids (llama.cpp's tokenizer) of ``messages`` rendered from the GGUF's chat template the
+        ``chat_mode`` way (:class:`oracles.engines.llamacpp.tokenizer.LlamaTokenizer`).
 
         Raises:
-            Unsupported: the GGUF has no chat template, or llama.cpp does not recognise it.
+            Unsupported: the GGUF has no chat template, or it cannot be rendered (why quoted).
         """
         tok = self.llama_tokenizer
         if not tok.chat_template:
