@@ -151,3 +151,12 @@ def test_elf_hash_and_glibc_version() -> None:
     assert elf_hash(b"GLIBC_2.2.5") == 0x09691A75
     found = glibc_version()
     assert found is None or (found[0] == 2 and found[1] > 0)
+
+
+def test_hf_rotary_order_undoes_the_converters_permutation() -> None:
+    from oracles.engines.llamacpp.state import hf_rotary_order
+
+    hf = np.arange(2 * 8, dtype=np.float32).reshape(2, 8)  # two heads of head_dim 8
+    # convert_hf_to_gguf.py's LlamaModel.permute: reshape(n_head, 2, half, ...).swapaxes(1, 2)
+    llama = hf.reshape(2, 2, 4).swapaxes(1, 2).reshape(2, 8)
+    assert np.array_equal(hf_rotary_order(llama), hf)

@@ -120,3 +120,14 @@ def test_unknown_architecture_names_the_field(tmp_path: Path) -> None:
     with pytest.raises(OracleError, match=r"m\.gguf: field 'general.architecture' is 'nonesuch', which llama.cpp b11739 "
                                           r".*does not know"):
         LlamaCppPort(tmp_path, pin)
+
+
+def test_snapshot_buffers_are_the_references_kv(engine: Any, reference: Any, ping: list[int]) -> None:
+    port_cache, ref_cache = engine.make_cache(), reference.make_cache()
+    engine.forward(ping, port_cache)
+    reference.forward(ping, ref_cache)
+    got = engine.snapshot_buffers(engine.snapshot(port_cache))
+    want = reference.snapshot_buffers(reference.snapshot(ref_cache))
+    assert list(got) == list(want)
+    worst = max(float(np.abs(got[k] - want[k]).max()) for k in want)
+    assert worst <= FLOAT32.max_abs_logit, f"max |d| over every layer's keys and values {worst:.3g}"

@@ -224,6 +224,14 @@ class LlamaCppPort(Engine):
         cache.ctx.load_state(snapshot.state, snapshot.length)
         return cache
 
+    def snapshot_buffers(self, snapshot: Any) -> dict[str, np.ndarray]:
+        """Each layer's keys and values ``[1, n_head_kv, T, head_dim]`` float32 read back from the snapshot's
+        state bytes (:func:`oracles.engines.llamacpp.state.state_buffers`: an f16 cache widened, the keys'
+        rotary pairs back in transformers' order)."""
+        from oracles.engines.llamacpp.state import state_buffers
+
+        return state_buffers(snapshot.state, int(self.rt.lib.llama_model_n_head_kv(self.rt.model)))
+
     def resident_bytes(self, obj: Any) -> int:
         """A snapshot's serialised bytes; a live cache's state bytes as llama.cpp would serialise them."""
         return len(obj.state) if isinstance(obj, LlamaSnapshot) else len(obj.ctx.state())
