@@ -14,13 +14,14 @@ A row holds the KV heads one after another (``[n_head_kv, head_dim]``, head_dim 
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 import numpy as np
 
 from oracles.errors import OracleError
 
 #: ggml type id -> numpy dtype of the KV types read here.
-DTYPES = {0: np.dtype("<f4"), 1: np.dtype("<f2")}
+DTYPES: dict[int, np.dtype[Any]] = {0: np.dtype("<f4"), 1: np.dtype("<f2")}
 
 
 class _Reader:
@@ -32,13 +33,13 @@ class _Reader:
         self.at += struct.calcsize(fmt)
         return int(value)
 
-    def array(self, dtype: np.dtype, count: int) -> np.ndarray:
+    def array(self, dtype: np.dtype[Any], count: int) -> np.ndarray:
         out = np.frombuffer(self.data, dtype=dtype, count=count, offset=self.at)
         self.at += dtype.itemsize * count
         return out
 
 
-def _dtype(kind: int) -> np.dtype:
+def _dtype(kind: int) -> np.dtype[Any]:
     if kind not in DTYPES:
         raise OracleError(f"llama.cpp state: KV ggml type {kind} is not f32 or f16")
     return DTYPES[kind]

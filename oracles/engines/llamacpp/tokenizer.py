@@ -126,7 +126,7 @@ class LlamaTokenizer:
         msgs = ffi.new("llama_chat_message[]", len(keep))
         for i, (role, content) in enumerate(keep):
             msgs[i].role, msgs[i].content = role, content
-        tmpl = self.chat_template.encode()
+        tmpl = str(self.chat_template or "").encode()
         room = 2 * sum(len(m["content"]) + len(m["role"]) + 32 for m in conversation) + 256
         for _ in range(2):
             buf = ffi.new("char[]", room)
