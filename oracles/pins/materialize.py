@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from oracles.errors import PinError
-from oracles.pins.pin import Pin, sha256_file, snapshot_dir, verify_snapshot
+from oracles.pins.pin import Pin, file_digests, sha256_file, snapshot_dir, verify_snapshot
 from oracles.pins.pypi import locate_pypi_file
 
 
@@ -91,7 +91,11 @@ def materialize(pin: Pin, dest: Path | None = None, *, write_pin: bool = False) 
             pass  # rebuild below; the stale folder is replaced only after the new one verifies
     parts = pin.source_parts()
     extra: dict[str, str] = {}
-    if parts["kind"] == "twin":
+    from oracles.pins.gguf_pins import gguf_builder
+
+    if (gguf_build := gguf_builder(pin, write_pin)) is not None:  # a .gguf artifact (llama.cpp's): copied or converted
+        build, got, extra = gguf_build
+    elif parts["kind"] == "twin":
         build, got = _twin_builder(pin, parts), None
     elif parts["derived"]:
         from oracles.pins.convert import derived_builder
@@ -174,6 +178,10 @@ def _write_pin(pin: Pin, root: Path, source_sha256: str | None, model_class: str
     precision (``extra``: what the artifact cannot say); a conversion pin's ``recipe.version`` too."""
     from oracles.pins.convert import built_fields
 
+    if any(f.endswith(".gguf") for f in file_digests(root)):
+        from oracles.pins.gguf_pins import write_gguf_pin
+
+        return write_gguf_pin(pin, root, source_sha256, model_class)
     parts = pin.source_parts()
     # a GGUF or twin build records the versions of torch, transformers, gguf, safetensors, tokenizers
     tool = (pin.recipe or {}).get("tool") if parts["derived"] else "transformers.gguf"

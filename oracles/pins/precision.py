@@ -37,11 +37,14 @@ from typing import Any
 
 from oracles.errors import PinError
 
-WEIGHTS = ("float32", "bfloat16", "float16", "affine", "mxfp4", "mxfp8", "nvfp4", "gguf")
-#: What the activations are computed in. ``q8_1``: float32, with the input of every quantized matrix
-#: product rounded to 8-bit blocks of 32 (llama.cpp's CPU kernels on a quantized GGUF:
+#: GGUF block-quantized weight types a GGUF pin's weights may be (:mod:`oracles.pins.gguf_pins`), and the
+#: activation types llama.cpp's CPU kernels quantise their dot products' inputs to: float32 with the input
+#: of every quantized matrix product rounded to 8-bit blocks of 32 (Q8_0 and Q8_1 round alike:
 #: oracles.engines.torch.activations).
-COMPUTE = ("float32", "bfloat16", "float16", "q8_1")
+GGUF_WEIGHTS = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0")
+GGUF_COMPUTE = ("q8_0", "q8_1")
+WEIGHTS = ("float32", "bfloat16", "float16", "affine", "mxfp4", "mxfp8", "nvfp4", "gguf") + GGUF_WEIGHTS
+COMPUTE = ("float32", "bfloat16", "float16") + GGUF_COMPUTE
 #: ``mlx.core.quantize`` modes: the ``weights`` values a quantized artifact has (its ``mode``).
 QUANTIZED = ("affine", "mxfp4", "mxfp8", "nvfp4")
 #: safetensors dtype names of the floating types a precision names (the safetensors format's own).
@@ -314,7 +317,8 @@ def check_precision(declared: Precision, root: Path, files: list[str], pin_path:
 #: A pin name, as a pin file's ``reference`` and ``converted_from`` give one (a file stem).
 _PIN_NAME = r"[A-Za-z0-9][A-Za-z0-9._-]*"
 #: The tool each conversion source kind is made by, as its ``recipe.tool`` names it.
-RECIPE_TOOLS = {"mlx-convert": ("mlx_lm.convert",), "dequantize": ("mx.dequantize", "transformers.gguf")}
+RECIPE_TOOLS = {"mlx-convert": ("mlx_lm.convert",), "dequantize": ("mx.dequantize", "transformers.gguf"),
+                "gguf-convert": ("convert_hf_to_gguf.py",)}
 
 
 def derived_fields(obj: dict[str, Any], path: Path, derived: str | None, from_pin: str | None) -> dict[str, Any]:

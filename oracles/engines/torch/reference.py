@@ -97,7 +97,7 @@ class TorchReference(TorchCohort):
             float32 with TF32 off on CUDA: :mod:`oracles.engines.torch.cuda`).
         dtype: ``"float32"`` (the reference), or ``"bfloat16"`` / ``"float16"``: the same code with the
             weights cast and every activation computed in that dtype, the band a reduced-precision port is
-            calibrated against; or ``"q8_1"``: float32 with every Linear's input rounded to ggml's 8-bit
+            calibrated against; or ``"q8_1"`` / ``"q8_0"``: float32 with every Linear's input rounded to ggml's 8-bit
             activation blocks (:mod:`oracles.engines.torch.activations`), the band of llama.cpp's CPU
             on a quantized GGUF. Its id is then ``torch@<dtype>``. Outputs are float32 numpy either way.
 
@@ -137,7 +137,7 @@ class TorchReference(TorchCohort):
 
     #: The compute dtypes this engine runs in: float32 is the reference; a lower one is the band engine
     #: a reduced-precision port is calibrated against (:mod:`oracles.checks.judgment`).
-    DTYPES: ClassVar[tuple[str, ...]] = ("float32", "bfloat16", "float16", "q8_1")
+    DTYPES: ClassVar[tuple[str, ...]] = ("float32", "bfloat16", "float16", "q8_0", "q8_1")
 
     def __init__(self, root: Path, pin: Pin, threads: int = 0, device: str | None = None,
                  dtype: str = "float32") -> None:
@@ -159,10 +159,11 @@ class TorchReference(TorchCohort):
         if threads > 0:
             torch.set_num_threads(threads)
         self.tokenizer = AutoTokenizer.from_pretrained(self.root)
-        self._torch_dtype = torch.float32 if dtype == "q8_1" else getattr(torch, dtype)
+        rounded = dtype in ("q8_0", "q8_1")  # float32 with ggml's 8-bit activation blocks (they round alike)
+        self._torch_dtype = torch.float32 if rounded else getattr(torch, dtype)
         self.model = model_class(self.root).from_pretrained(self.root, dtype=self._torch_dtype,
                                                             device_map=self.device).eval()
-        if dtype == "q8_1":
+        if rounded:
             from oracles.engines.torch.activations import install_q8_activations
 
             install_q8_activations(self.model)
