@@ -100,15 +100,19 @@ def draft_engine(engines: Engines, engine: Engine, draft: str) -> Engine:
     """``"self"``: the engine drafts for itself; ``"twin"``: the same framework on the draft twin pin.
 
     Raises:
-        Unsupported: the draft twin's tokenizer is not the engine's pin's (its ids would mean other tokens).
+        Unsupported: the draft twin's tokenizer is not the engine's pin's (its ids would mean other tokens),
+            or the engine cannot load the draft twin's snapshot (a single-file runtime on a model folder).
     """
     if draft == "self":
         return engine
     from oracles.pins.pin import load_pin
 
-    if load_pin(DRAFT_PIN).tokenizer_sha256 != engine.pin_file.tokenizer_sha256:
+    twin = load_pin(DRAFT_PIN)
+    if twin.tokenizer_sha256 != engine.pin_file.tokenizer_sha256:
         raise Unsupported(engine.id, f"draft with {DRAFT_PIN} on pin {engine.pin}",
                           "the draft's tokenizer differs from the pin's")
+    if (why := type(engine).unsupported_pin(twin)) is not None:
+        raise Unsupported(engine.id, f"draft with {DRAFT_PIN} on pin {engine.pin}", why)
     return engines(engine.id, DRAFT_PIN)
 
 
