@@ -26,17 +26,20 @@ HYBRID_PIN = "smollm2-hybrid-twin"
 TEXT_PINS = (DEFAULT_PIN, HYBRID_PIN)
 #: The conversions of the default pin the port tests run on when neither ``--pin`` nor ``--port-pin`` is
 #: given, each held against its own reference (its pin file's ``reference``: the dequantized snapshot
-#: of a quantized artifact, the float32 original of a bfloat16 one): one of each judgment, exact and
-#: band. The 8-bit conversion (``smollm2-mlx-q8``, judged exactly as the 4-bit one) runs with
-#: ``--port-pin smollm2-mlx-q8``; ``make test`` holds its "ping" prefill through ``oracles compare``
-#: (tests/unit/test_compare_conversions.py) and grades its cost: its whole port family is ~60 s of
-#: mlx-lm CPU here, which ``make test``'s 20-minute budget does not hold.
-CONVERSION_PINS = ("smollm2-mlx-bf16", "smollm2-mlx-q4")
+#: of a quantized artifact, the float32 original of a bfloat16 one, the default pin for both GGUFs):
+#: one of each judgment, exact (mlx-lm 4-bit, llama.cpp F32), the bfloat16 band (mlx-lm bfloat16) and
+#: the q8_1 band (llama.cpp on the shipped Q4_1 file). The 8-bit conversion (``smollm2-mlx-q8``, judged
+#: exactly as the 4-bit one) runs with ``--port-pin smollm2-mlx-q8``; ``make test`` holds its "ping"
+#: prefill through ``oracles compare`` (tests/unit/test_compare_conversions.py) and grades its cost: its
+#: whole port family is ~60 s of mlx-lm CPU here, which ``make test``'s 20-minute budget does not hold.
+CONVERSION_PINS = ("smollm2-mlx-bf16", "smollm2-mlx-q4", "smollm2-gguf-f32", "smollm2-gguf-q4_1")
 #: The conversions among :data:`CONVERSION_PINS` whose runtime also runs the engine families by default
-#: (mtplx's forward, decode and generation, d1's read-out, the cohort: each port's own checks on the
-#: artifact). The MLX conversions run them with ``--port-pin`` naming them: mlx-lm on this machine's CPU
-#: (~7 tokens/s) would cost their d1 and mtplx records minutes that make test's budget does not hold.
-ENGINE_CONVERSIONS: tuple[str, ...] = ()
+#: (mtplx's forward, decode, generation and speculative rounds, d1's read-out, the cohort: each port's
+#: own checks on the artifact), where the family serves the artifact's precision
+#: (:meth:`Family.serves_precision`). The MLX conversions run them with ``--port-pin`` naming them: mlx-lm
+#: on this machine's CPU (~7 tokens/s) would cost their d1 and mtplx records minutes that make test's
+#: budget does not hold.
+ENGINE_CONVERSIONS = ("smollm2-gguf-f32", "smollm2-gguf-q4_1")
 
 
 @dataclass(frozen=True)
@@ -50,7 +53,10 @@ class Family:
     tokens: the family whose per-tokenizer token ids its records read (``oracles records NAME --pin PIN``
     writes them), or None when its records carry none; per_engine: its runs are made per (pin, engine),
     each engine held against itself (its xdist group adds the engine, so two workers take two engines);
-    default_conversions: its port tests run on :data:`CONVERSION_PINS` when no ``--port-pin`` is given.
+    default_conversions: its port tests run on :data:`CONVERSION_PINS` when no ``--port-pin`` is given;
+    float32_self_checks: its engine tests hold an engine against itself at float32 bounds or token for
+    token (a cached decode vs a cold forward, serial vs batched lanes, speculative vs greedy), so they
+    run on an artifact only where it computes in float32 (:meth:`serves_precision`).
     """
 
     name: str
@@ -62,11 +68,27 @@ class Family:
     tokens: str | None = None
     per_engine: bool = False
     default_conversions: bool = True
+    float32_self_checks: bool = False
 
     def serves(self, pin: "Pin") -> str | None:
         """Why this family cannot run on ``pin`` (another modality), or None when it can."""
         if pin.modality != self.modality:
             return f"family {self.name} needs a {self.modality} model; pin {pin.name} is {pin.modality} ({pin.model_class})"
+        return None
+
+    def serves_precision(self, artifact: "Pin") -> str | None:
+        """Why this family's engine tests cannot hold a port on ``artifact`` against itself, or None.
+
+        A port computing in bfloat16, float16 or on activations rounded to 8 bits turns float32 reordering
+        into differences of its own precision: measured on SmolLM2 with the q8_1 rounding in transformers
+        itself, a cached decode vs a cold forward of the same tokens differs by up to 1.27 in a logit (5.5e-5
+        in float32), so float32 self-checks cannot hold for any implementation there (the port family
+        holds such an artifact to its band instead).
+        """
+        compute = artifact.precision.compute
+        if self.float32_self_checks and compute != "float32":
+            return (f"family {self.name} holds an engine against itself at float32 bounds; pin {artifact.name} computes "
+                    f"in {compute} (its port tests hold it to the {compute} band)")
         return None
 
 
@@ -75,9 +97,9 @@ FAMILIES: tuple[Family, ...] = (
     # The chat's port test on a converted artifact costs ~200 s of mlx-lm CPU time a conversion here: it runs
     # on the built-in conversions when --port-pin asks, not by default.
     Family("mtplx_chat", "execution oracle family: a 3-turn chat through a prompt cache with snapshot/restore",
-           runs="mtplx_chat", default_pins=TEXT_PINS, default_conversions=False),
+           runs="mtplx_chat", default_pins=TEXT_PINS, default_conversions=False, float32_self_checks=True),
     Family("mtplx", "execution oracle family: forward rows, cache-continuation decode, generation, speculative "
-                    "draft/verify/commit", runs="mtplx", default_pins=TEXT_PINS, tokens="mtplx"),
+                    "draft/verify/commit", runs="mtplx", default_pins=TEXT_PINS, tokens="mtplx", float32_self_checks=True),
     Family("d1", "read-out oracle family: typed questions read out from log-softmax at an answer slot",
            runs="d1", default_pins=TEXT_PINS, tokens="d1"),
     # Before clef: its test also carries the clef marker (``-m clef`` runs it), and a test is attributed to
@@ -89,7 +111,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("clef", "vision oracle family: M-RoPE closed form, forward taps, image arms, absmax survey",
            runs="clef", modality="vision", default_pins=("qwen35-vl-twin",)),
     Family("cohort", "decode cohort family: serial vs batched lanes bit-exact, every cache buffer, snapshot/restore",
-           runs="cohort", per_engine=True, default_pins=TEXT_PINS),
+           runs="cohort", per_engine=True, default_pins=TEXT_PINS, float32_self_checks=True),
     Family("faults", "fault panel: ports with one injected fault each held to every family's checks, the "
                      "detection matrix, and bisect naming the layer", runs="faults", port_scoped=False,
            default_pins=TEXT_PINS, tokens="mtplx"),

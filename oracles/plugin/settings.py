@@ -154,11 +154,14 @@ class Settings:
                 self.left_out[key] = Pairing(engine_id, pin, reason)
         return compat[key] is None
 
-    def pairs(self, family: Family | None, engines: Sequence[str]) -> list[tuple[str, str]]:
+    def pairs(self, family: Family | None, engines: Sequence[str], artifacts: bool = True) -> list[tuple[str, str]]:
         """(pin, engine) pairs of a family's tests over ``engines``, compatible ones only: each engine on
-        each pin the family runs on, then each port on each artifact of :meth:`engine_artifacts` it can
-        load (the port's own checks on what the user ships: its cache, its generation, its read-out)."""
+        each pin the family runs on, then (``artifacts``) each port on each artifact of
+        :meth:`engine_artifacts` it can load (the port's own checks on what the user ships: its cache, its
+        generation, its read-out)."""
         out = [(p, e) for p in self.pins_for(family) for e in engines if self.compatible(e, p)]
+        if not artifacts:
+            return out
         ports = [e for e in engines if e in self.ports]
         return out + [(a, e) for a in self.engine_artifacts(family) for e in ports if self.compatible(e, a)]
 
@@ -166,16 +169,22 @@ class Settings:
         """The ``--port-pin`` artifacts a family's engine tests also run on: every one ``--port-pin`` names,
         or by default those of :data:`~oracles.families.ENGINE_CONVERSIONS`, in the families with
         :attr:`~oracles.families.Family.default_conversions`; each only where the family serves its
-        reference (the artifact's records are its reference's: their tokenizers are equal)."""
+        reference (the artifact's records are its reference's: their tokenizers are equal) and its
+        precision (:meth:`~oracles.families.Family.serves_precision`; one it does not is left out, with why)."""
         from oracles.families import ENGINE_CONVERSIONS
 
         if family is None or not (family.default_conversions or self.port_pins_given):
             return []
         out: list[str] = []
         for pair in self.port_pins:
-            if (self.port_pins_given or pair.artifact in ENGINE_CONVERSIONS) and pair.artifact not in out and \
-                    family.serves(self.pin_store.load(pair.reference)) is None:
-                out.append(pair.artifact)
+            if pair.artifact in out or not (self.port_pins_given or pair.artifact in ENGINE_CONVERSIONS):
+                continue
+            if family.serves(self.pin_store.load(pair.reference)) is not None:
+                continue
+            if (why := family.serves_precision(self.pin_store.load(pair.artifact))) is not None:
+                self.left_out[(None, f"{pair.artifact} in {family.name}")] = Pairing(None, pair.artifact, why)
+                continue
+            out.append(pair.artifact)
         return out
 
     def port_triples(self, family: Family | None) -> list[tuple[str, str, str]]:
@@ -184,7 +193,7 @@ class Settings:
         load the artifact (a pair no port can load is left out, with the engine's reason). The default
         pairs (the built-in conversions, no ``--port-pin`` given) run only in the families whose
         :attr:`~oracles.families.Family.default_conversions` is set; the others' leave-out is reported."""
-        out = [(p, e, p) for p, e in self.pairs(family, self.ports)]
+        out = [(p, e, p) for p, e in self.pairs(family, self.ports, artifacts=False)]
         if family is not None and not family.default_conversions and not self.port_pins_given:
             for pair in self.port_pins:
                 self.left_out[(None, pair.label)] = Pairing(None, pair.label, (
