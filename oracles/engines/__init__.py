@@ -31,6 +31,7 @@ BUILTIN: dict[str, str] = {
     "mlx": "oracles.engines.mlx.lm:MlxPort",
     "mlx-vlm": "oracles.engines.mlx.vlm:MlxVlmPort",
     "mtplx": "oracles.engines.mlx.mtplx:MtplxPort",
+    "litert": "oracles.engines.litert.engine:LiteRtPort",
 }
 GROUP = "oracles.engines"
 
