@@ -24,7 +24,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[torch,mlx,mlx-vlm,dev]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[torch,mlx,mlx-vlm,litert,dev]'
 	# The clef port, without its declared dependencies (see pyproject's mlx-vlm extra: 22 packages,
 	# 185 MB of wheels, 695 MB installed, none imported); what its import needs is in that extra.
 	$(BIN)/python -m pip install --quiet --no-deps -c constraints.txt mlx-vlm==0.7.10
@@ -44,6 +44,9 @@ materialize: setup
 	$(BIN)/oracles materialize smollm2-mlx-q8-dequant
 	$(BIN)/oracles materialize smollm2-mlx-q4
 	$(BIN)/oracles materialize smollm2-mlx-q4-dequant
+	# The draft twin as litert-torch converts it (.tflite with prefill/decode signatures over a KV cache); the first
+	# build makes the converter's own env under $$ORACLES_HOME/envs (oracles/pins/litert.py), outside .venv
+	$(BIN)/oracles materialize smollm2-draft-twin-litert
 
 oracle: materialize
 	$(BIN)/python -m pytest oracles/suite --runslow --receipt-tag oracle $(PARALLEL) $(PYTEST_ARGS); status=$$?; \
