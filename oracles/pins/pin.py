@@ -49,8 +49,8 @@ _SOURCE = re.compile(r"(?P<kind>pypi|hf|twin):(?P<what>[^#@=]+)(?:(?:==|@)(?P<ve
                      r"|(?P<local>local):(?P<path>.+)"
                      r"|(?P<derived>mlx-convert|dequantize|litert-convert):(?:(?P<from_pin>[A-Za-z0-9][A-Za-z0-9._-]*)|local:(?P<from_path>.+))")
 #: What the source field may be, for its error line.
-SOURCE_FORMS = ("pypi:PKG==VER#FILE, hf:REPO@REV, twin:CONFIG#SEED, local:PATH, mlx-convert:PIN|local:PATH, "
-                "dequantize:PIN|local:PATH or litert-convert:PIN")
+SOURCE_FORMS = ("pypi:PKG==VER#FILE, hf:REPO@REV, twin:CONFIG#SEED, local:PATH, litert-convert:PIN, "
+                "mlx-convert:PIN|local:PATH or dequantize:PIN|local:PATH")
 #: Files that make a tokenizer and its chat template: their digests name the tokenizer (token ids kept
 #: per tokenizer are shared by every pin with the same ones).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "chat_template.json",
