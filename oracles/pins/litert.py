@@ -66,14 +66,15 @@ def ensure_converter_env(env: Path | None = None) -> Path:
     """
     env = env or converter_env()
     marker, python = env / ".installed", env / "bin" / "python"
-    want = {"packages": list(CONVERTER_PACKAGES), "base": sysconfig.get_paths()["purelib"]}
+    base = sysconfig.get_paths()["purelib"]
+    want = {"packages": list(CONVERTER_PACKAGES), "base": base}
     if marker.is_file() and python.exists() and json.loads(marker.read_text()) == want:
         return python
     shutil.rmtree(env, ignore_errors=True)
     env.parent.mkdir(parents=True, exist_ok=True)
     _run([sys.executable, "-m", "venv", "--without-pip", str(env)], f"creating the converter venv {env}")
     site = Path(sysconfig.get_paths(vars={"base": str(env), "platbase": str(env)})["purelib"])
-    (site / "main-venv.pth").write_text(want["base"] + "\n")
+    (site / "main-venv.pth").write_text(base + "\n")
     _run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--no-deps",
           *CONVERTER_PACKAGES], f"installing the converter into {env}")
     marker.write_text(json.dumps(want))

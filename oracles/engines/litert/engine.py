@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from oracles.engines.base import ContextTooShort, Engine, Generation, Prompt, Sampler, Step, check_forward_length, hub_offline
-from oracles.engines.litert.artifact import Layout, check_model, read_layout, signature_details
+from oracles.engines.litert.artifact import check_model, read_layout, signature_details
 from oracles.errors import PinError
 
 if TYPE_CHECKING:
@@ -235,7 +235,8 @@ class LiteRtPort(Engine):
         if not sampler.greedy:
             raise self._unsupported("sample (temperature > 0)", "this adapter's loop over the decode signature is greedy")
         if max_kv_size is not None:
-            raise self._unsupported("bound its KV cache (max_kv_size)", f"{self.path.name} has a fixed {self.layout.kv_rows}-row cache")
+            raise self._unsupported("bound its KV cache (max_kv_size)",
+                                    f"{self.path.name} has a fixed {self.layout.kv_rows}-row cache")
         if self.layout.decode is None:
             raise self._unsupported("generate", f"{self.path}: field 'signatures' has no 'decode' signature")
         ids = self.text_ids(prompt)
