@@ -24,7 +24,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[torch,mlx,mlx-vlm,llamacpp,dev]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[torch,mlx,mlx-vlm,llamacpp,litert,dev]'
 	# The clef port, without its declared dependencies (see pyproject's mlx-vlm extra: 22 packages,
 	# 185 MB of wheels, 695 MB installed, none imported); what its import needs is in that extra.
 	$(BIN)/python -m pip install --quiet --no-deps -c constraints.txt mlx-vlm==0.7.10
@@ -37,7 +37,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 # verifies, so a second run only verifies.
 BUILTIN_PINS := smollm2-135m-instruct smollm2-draft-twin smollm2-hybrid-twin qwen35-vl-twin \
 	smollm2-mlx-bf16 smollm2-mlx-q8 smollm2-mlx-q8-dequant smollm2-mlx-q4 smollm2-mlx-q4-dequant \
-	smollm2-gguf-q4_1 smollm2-gguf-f32
+	smollm2-gguf-q4_1 smollm2-gguf-f32 smollm2-draft-twin-litert
 PIN_TARGETS := $(addprefix pin/,$(BUILTIN_PINS))
 .PHONY: $(PIN_TARGETS)
 
@@ -58,6 +58,9 @@ pin/smollm2-mlx-q4-dequant: pin/smollm2-mlx-q4
 # SmolLM2 as llama.cpp runs it: the shipped Q4_1 GGUF itself (the default pin dequantises it), and the F32 GGUF
 # llama.cpp's own convert_hf_to_gguf.py (llama-cpp-python 0.3.36 sdist, cached in $$ORACLES_HOME/tools) makes of it
 pin/smollm2-gguf-q4_1 pin/smollm2-gguf-f32: pin/smollm2-135m-instruct
+# The draft twin as litert-torch converts it (.tflite with prefill/decode signatures over a KV cache); the first
+# build makes the converter's own env under $$ORACLES_HOME/envs (oracles/pins/litert.py), outside .venv
+pin/smollm2-draft-twin-litert: pin/smollm2-draft-twin
 
 oracle: materialize
 	$(BIN)/python -m pytest oracles/suite --runslow --receipt-tag oracle $(PARALLEL) $(PYTEST_ARGS); status=$$?; \

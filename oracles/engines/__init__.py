@@ -32,6 +32,7 @@ BUILTIN: dict[str, str] = {
     "mlx-vlm": "oracles.engines.mlx.vlm:MlxVlmPort",
     "mtplx": "oracles.engines.mlx.mtplx:MtplxPort",
     "llamacpp": "oracles.engines.llamacpp.engine:LlamaCppPort",
+    "litert": "oracles.engines.litert.engine:LiteRtPort",
 }
 GROUP = "oracles.engines"
 

@@ -36,7 +36,9 @@ TOOL_DISTRIBUTIONS = {"mlx_lm.convert": "mlx-lm", "mx.dequantize": "mlx", "trans
 #: Distributions recorded as ``built_with`` per tool (those installed).
 BUILT_WITH = {"mlx_lm.convert": ("mlx", "mlx-lm", "transformers", "safetensors", "tokenizers"),
               "mx.dequantize": ("mlx", "numpy", "safetensors"),
-              "transformers.gguf": ("torch", "transformers", "gguf", "safetensors", "tokenizers")}
+              "transformers.gguf": ("torch", "transformers", "gguf", "safetensors", "tokenizers"),
+              # the converter env's own packages are the recipe's; torch and numpy come from this one
+              "litert_torch.generative": ("torch", "numpy", "safetensors", "ai-edge-litert")}
 
 
 @contextlib.contextmanager
@@ -112,6 +114,10 @@ def derived_builder(pin: Pin, write_pin: bool) -> tuple[Callable[[Path], str], s
     if not write_pin and pin.source_sha256 != digest:
         raise PinError(f"{pin.path}: field 'source_sha256' is {pin.source_sha256} but the source {pin.source!r} has "
                        f"digest {digest}")
+    if pin.source_parts()["derived"] == "litert-convert":  # its converter is in its own env (pins/litert.py)
+        from oracles.pins.litert import litert_builder
+
+        return litert_builder(pin, root, write_pin), digest, {}
     tool = str(recipe.get("tool"))
     installed = versions((TOOL_DISTRIBUTIONS.get(tool, tool),)).get(TOOL_DISTRIBUTIONS.get(tool, tool))
     if not write_pin and recipe.get("version") != installed:

@@ -187,7 +187,11 @@ def _write_pin(pin: Pin, root: Path, source_sha256: str | None, model_class: str
     tool = (pin.recipe or {}).get("tool") if parts["derived"] else "transformers.gguf"
     obj = json.loads(pin.path.read_text())
     obj.update(built_fields(root, model_class, source_sha256, str(tool), extra))
-    if parts["derived"]:
+    if parts["derived"] == "litert-convert":
+        from oracles.pins.litert import recipe_fields
+
+        obj["recipe"] = recipe_fields(obj["recipe"], root)
+    elif parts["derived"]:
         from oracles.pins.convert import TOOL_DISTRIBUTIONS, versions
 
         dist = TOOL_DISTRIBUTIONS[str(tool)]

@@ -47,9 +47,9 @@ BUILTIN = Path(__file__).resolve().parents[1] / "builtin"
 BUILTIN_PINS = BUILTIN / "pins"
 _SOURCE = re.compile(r"(?P<kind>pypi|hf|twin):(?P<what>[^#@=]+)(?:(?:==|@)(?P<version>[^#]+))?(?:#(?P<file>.+))?"
                      r"|(?P<local>local):(?P<path>.+)"
-                     r"|(?P<derived>mlx-convert|dequantize|gguf-convert):(?:(?P<from_pin>[A-Za-z0-9][A-Za-z0-9._-]*)|local:(?P<from_path>.+))")
+                     r"|(?P<derived>mlx-convert|dequantize|gguf-convert|litert-convert):(?:(?P<from_pin>[A-Za-z0-9][A-Za-z0-9._-]*)|local:(?P<from_path>.+))")
 #: What the source field may be, for its error line.
-SOURCE_FORMS = ("pypi:PKG==VER#FILE, hf:REPO@REV, twin:CONFIG#SEED, local:PATH, mlx-convert:PIN|local:PATH, "
+SOURCE_FORMS = ("pypi:PKG==VER#FILE, hf:REPO@REV, twin:CONFIG#SEED, local:PATH, litert-convert:PIN, mlx-convert:PIN|local:PATH, "
                 "gguf-convert:PIN|local:PATH or dequantize:PIN|local:PATH")
 #: Files that make a tokenizer and its chat template: their digests name the tokenizer (token ids kept
 #: per tokenizer are shared by every pin with the same ones).

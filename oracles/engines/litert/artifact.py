@@ -1,0 +1,153 @@
+"""What a ``.tflite`` offers, read from its signatures and held against the pin, without the runtime.
+
+:func:`read_layout` takes the signature details as plain data (``{signature: {"inputs" | "outputs":
+{tensor: (shape, dtype name)}}}``, what :func:`signature_details` reads from an interpreter), so the
+checks of a bad artifact are tested without ai-edge-litert. The layout this adapter serves is
+litert-torch's generative export (:mod:`oracles.pins.litert_script`): a ``prefill_<T>`` signature and
+a ``decode`` signature, each with inputs ``tokens`` int32 ``[1, T]`` (``[1, 1]``), ``input_pos``
+int32 ``[T]`` (``[1]``) and one ``kv_cache_k_<i>`` / ``kv_cache_v_<i>`` float32 ``[1, R, H, Dh]``
+per layer (``R`` KV rows), and outputs ``logits`` float32 ``[1, T, V]``, ``hidden`` float32
+``[1, T, D]`` and the updated caches.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from oracles.errors import PinError
+
+#: Signature -> {"inputs": {tensor: (shape, dtype)}, "outputs": {...}}.
+Details = dict[str, dict[str, dict[str, tuple[tuple[int, ...], str]]]]
+PREFILL = re.compile(r"prefill_(\d+)")
+DECODE = "decode"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The signatures of a generative ``.tflite``.
+
+    prefill: the prefill signature's name; prefill_len: its ``T``; decode: the decode signature's name,
+    or None when the artifact has none; kv_names: the cache tensors in layer order (``k_0, v_0, k_1,
+    ...``); kv_shape: ``[1, R, H, Dh]``; vocab: ``V`` (the logits' width); hidden: ``D``, or None when
+    the artifact does not output the hidden state.
+    """
+
+    prefill: str
+    prefill_len: int
+    decode: str | None
+    kv_names: tuple[str, ...]
+    kv_shape: tuple[int, ...]
+    vocab: int
+    hidden: int | None
+
+    @property
+    def kv_rows(self) -> int:
+        """``R``, the positions the cache holds."""
+        return self.kv_shape[1]
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.kv_names) // 2
+
+
+def signature_details(interpreter: Any) -> Details:
+    """The signature details of an ``ai_edge_litert.interpreter.Interpreter`` as plain data."""
+    out: Details = {}
+    for name in interpreter.get_signature_list():
+        runner = interpreter.get_signature_runner(name)
+        out[name] = {side: {t: (tuple(int(n) for n in d["shape"]), getattr(d["dtype"], "__name__", str(d["dtype"])))
+                            for t, d in getter().items()}
+                     for side, getter in (("inputs", runner.get_input_details), ("outputs", runner.get_output_details))}
+    return out
+
+
+def read_layout(path: Path, details: Details) -> Layout:
+    """The :class:`Layout` of the ``.tflite`` at ``path`` from its signature ``details``.
+
+    Raises:
+        PinError: no ``prefill_<T>`` signature, a signature without ``tokens`` / ``input_pos`` /
+            ``logits`` / the cache tensors, or shapes that disagree between signatures; one line naming
+            the file and the field (``signatures.<name>.<inputs|outputs>.<tensor>``).
+    """
+    prefills = sorted(n for n in details if PREFILL.fullmatch(n))
+    if not prefills:
+        raise PinError(f"{path}: field 'signatures' has no prefill_<T> signature (found {sorted(details)}); this engine "
+                       "serves litert-torch's generative export (prefill and decode over a KV cache)")
+    prefill = prefills[0]
+    kv_names = _kv_names(path, prefill, details[prefill]["inputs"])
+    kv_shape = details[prefill]["inputs"][kv_names[0]][0]
+    if len(kv_shape) != 4 or kv_shape[0] != 1:
+        raise PinError(f"{path}: field 'signatures.{prefill}.inputs.{kv_names[0]}' has shape {list(kv_shape)}; "
+                       "expected [1, R, H, Dh]")
+    t = int(PREFILL.fullmatch(prefill).group(1))  # type: ignore[union-attr]
+    vocab, hidden = _check(path, prefill, details[prefill], t, kv_names, kv_shape)
+    decode = DECODE if DECODE in details else None
+    if decode is not None:
+        _check(path, decode, details[decode], 1, kv_names, kv_shape, vocab, hidden)
+    return Layout(prefill, t, decode, kv_names, kv_shape, vocab, hidden)
+
+
+def _kv_names(path: Path, signature: str, inputs: dict[str, tuple[tuple[int, ...], str]]) -> tuple[str, ...]:
+    layers = sorted(int(m.group(1)) for n in inputs if (m := re.fullmatch(r"kv_cache_k_(\d+)", n)))
+    if not layers or layers != list(range(len(layers))):
+        raise PinError(f"{path}: field 'signatures.{signature}.inputs' has no kv_cache_k_0..kv_cache_k_<L-1> tensors "
+                       f"(found {sorted(inputs)})")
+    names = tuple(f"kv_cache_{kv}_{i}" for i in layers for kv in ("k", "v"))
+    if missing := [n for n in names if n not in inputs]:
+        raise PinError(f"{path}: field 'signatures.{signature}.inputs.{missing[0]}' is missing")
+    return names
+
+
+def _check(path: Path, name: str, sig: dict[str, dict[str, tuple[tuple[int, ...], str]]], t: int,
+           kv_names: tuple[str, ...], kv_shape: tuple[int, ...], vocab: int | None = None,
+           hidden: int | None = None) -> tuple[int, int | None]:
+    """Check one signature's tensors; its (V, D or None)."""
+    want_in = {"tokens": ((1, t), "int32"), "input_pos": ((t,), "int32"),
+               **{k: (kv_shape, "float32") for k in kv_names}}
+    for tensor, (shape, dtype) in want_in.items():
+        _expect(path, f"signatures.{name}.inputs.{tensor}", sig["inputs"].get(tensor), shape, dtype)
+    for k in kv_names:
+        _expect(path, f"signatures.{name}.outputs.{k}", sig["outputs"].get(k), kv_shape, "float32")
+    logits = sig["outputs"].get("logits")
+    if logits is None or len(logits[0]) != 3:
+        raise PinError(f"{path}: field 'signatures.{name}.outputs.logits' is {logits!r}; expected float32 [1, {t}, V] "
+                       "(a prefill exported without output_logits_on_prefill has no logits)")
+    v = vocab if vocab is not None else logits[0][2]
+    _expect(path, f"signatures.{name}.outputs.logits", logits, (1, t, v), "float32")
+    out = sig["outputs"].get("hidden")
+    d = hidden if hidden is not None else (out[0][2] if out is not None and len(out[0]) == 3 else None)
+    if d is not None or out is not None:
+        _expect(path, f"signatures.{name}.outputs.hidden", out, (1, t, d or 0), "float32")
+    return v, d
+
+
+def _expect(path: Path, field: str, got: tuple[tuple[int, ...], str] | None, shape: tuple[int, ...], dtype: str) -> None:
+    if got is None:
+        raise PinError(f"{path}: field '{field}' is missing; expected {dtype} {list(shape)}")
+    if tuple(got[0]) != tuple(shape) or got[1] != dtype:
+        raise PinError(f"{path}: field '{field}' is {got[1]} {list(got[0])}; expected {dtype} {list(shape)}")
+
+
+def check_model(path: Path, layout: Layout, config: dict[str, Any], tokenizer_size: int) -> None:
+    """Hold the artifact's sizes to the pin's ``config.json`` and tokenizer.
+
+    Raises:
+        PinError: the logits' width differs from ``vocab_size`` or is narrower than the tokenizer
+            (``tokenizer_size`` ids), the hidden width from ``hidden_size``, or the cache's layers from
+            ``num_hidden_layers``; one line naming the file, the field and both values.
+    """
+    config_path = path.with_name("config.json")
+    width = f"{path}: field 'signatures.{layout.prefill}.outputs.logits' width {layout.vocab}"
+    if layout.vocab != int(config.get("vocab_size", -1)):
+        raise PinError(f"{width} differs from {config_path} vocab_size {config.get('vocab_size')}")
+    if layout.vocab < tokenizer_size:
+        raise PinError(f"{width} is narrower than the pin's tokenizer ({tokenizer_size} ids)")
+    if layout.hidden is not None and layout.hidden != int(config.get("hidden_size", -1)):
+        raise PinError(f"{path}: field 'signatures.{layout.prefill}.outputs.hidden' width {layout.hidden} differs from "
+                       f"{config_path} hidden_size {config.get('hidden_size')}")
+    if layout.num_layers != int(config.get("num_hidden_layers", -1)):
+        raise PinError(f"{path}: field 'signatures.{layout.prefill}.inputs' has {layout.num_layers} KV layers but "
+                       f"{config_path} num_hidden_layers is {config.get('num_hidden_layers')}")

@@ -1,0 +1,290 @@
+"""The LiteRT port: a pin's ``.tflite`` run by ai-edge-litert's interpreter (XNNPACK on the CPU).
+
+The artifact is litert-torch's generative export (:mod:`oracles.engines.litert.artifact` says its
+signatures): a forward runs the ``prefill_<T>`` signature on chunks of ``T`` tokens, each padded to
+``T`` when shorter, and single tokens through ``decode``; the KV cache is the signatures' own external
+cache buffers, held here as numpy arrays with the number of valid rows (:class:`LiteRtCache`).
+
+Why the padding is harmless: the exported prefill writes its ``T`` rows into the cache at
+``input_pos[0]`` onwards and masks each row causally by its position, so a valid row never reads a pad
+row, and the pad rows it writes (past the valid length) are overwritten by the next forward before
+any valid row can read them. The slow tests hold it: the valid rows match the reference and are
+bitwise the same under two different pad tokens. A prefill chunk is run only where all its ``T`` rows
+fit the cache (the exported ``dynamic_update_slice`` would clamp its start otherwise); the tokens
+past that point go through ``decode`` one by one.
+
+Greedy generation is this adapter's loop over the artifact's ``decode`` signature (ai-edge-litert
+has no generation API): argmax of each step's logits, lowest id on ties. The tokenizer is the pin's
+own (copied into the artifact's snapshot at conversion), loaded with transformers' ``AutoTokenizer``.
+
+ai-edge-litert and transformers are imported when the engine is built, never at module import.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+
+from oracles.engines.base import ContextTooShort, Engine, Generation, Prompt, Sampler, Step, check_forward_length, hub_offline
+from oracles.engines.litert.artifact import check_model, read_layout, signature_details
+from oracles.errors import PinError
+
+if TYPE_CHECKING:
+    from oracles.pins.pin import Pin
+
+
+@dataclass
+class LiteRtCache:
+    """The external KV cache: ``buffers[name]`` float32 ``[1, R, H, Dh]`` per ``kv_cache_<k|v>_<i>``
+    input, ``length`` the valid rows (rows past it are pad or stale rows no valid row reads)."""
+
+    buffers: dict[str, np.ndarray]
+    length: int = 0
+
+
+def tflite_of(pin: "Pin") -> str | None:
+    """The pin's ``.tflite`` file (relative to its snapshot folder), or None when it lists none."""
+    return next((name for name in sorted(pin.files) if name.endswith(".tflite")), None)
+
+
+class LiteRtPort(Engine):
+    """A pin's ``.tflite`` in ai-edge-litert's interpreter (``num_threads`` = ``threads`` or the
+    runtime's default; the builtin op resolver with its default XNNPACK delegate).
+
+    Args:
+        root: the verified snapshot folder (the ``.tflite``, config.json, generation_config.json and
+            the tokenizer files).
+        pin: the loaded pin; threads: the interpreter's thread count (0: the runtime's default).
+
+    Raises:
+        PinError: a file that is not a loadable ``.tflite`` (truncated, say), signatures without what
+            this engine serves, or sizes that differ from config.json or the tokenizer; one line naming
+            the file and the field.
+    """
+
+    id = "litert"
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        if importlib.util.find_spec("ai_edge_litert") is None:
+            return "ai-edge-litert is not installed (pip install 'pytest-oracles[litert]')"
+        return None
+
+    @classmethod
+    def unsupported_pin(cls, pin: "Pin") -> str | None:
+        """A pin without a ``.tflite`` file (a safetensors snapshot, a GGUF), judged from the pin file."""
+        if tflite_of(pin) is None:
+            return f"LiteRT runs a .tflite artifact; pin {pin.name} lists none (convert one: a litert-convert:PIN pin)"
+        return None
+
+    def __init__(self, root: Path, pin: "Pin", threads: int = 0) -> None:
+        super().__init__(root, pin, threads)
+        hub_offline()
+        from transformers import AutoTokenizer
+
+        name = tflite_of(pin)
+        if name is None:
+            raise PinError(f"{pin.path}: field 'files' lists no .tflite file")
+        self.path = self.root / name
+        self.interpreter = load_interpreter(self.path, threads)
+        self.layout = read_layout(self.path, signature_details(self.interpreter))
+        if self.layout.hidden is None:
+            raise PinError(f"{self.path}: field 'signatures.{self.layout.prefill}.outputs.hidden' is missing; the "
+                           "engine contract returns the final norm's hidden state (convert with oracles.pins.litert)")
+        config = json.loads((self.root / "config.json").read_text(encoding="utf-8"))
+        self.tokenizer = AutoTokenizer.from_pretrained(self.root)
+        check_model(self.path, self.layout, config, len(self.tokenizer))
+        self.vocab_size, self.hidden_size = self.layout.vocab, int(self.layout.hidden)
+        self.num_layers = self.layout.num_layers
+        positions = int(config.get("max_position_embeddings", 0) or 0)
+        self.max_context = min(self.layout.kv_rows, positions) if positions else self.layout.kv_rows
+        self.eos_token_ids = frozenset(_eos_ids(self.root, config))
+        self._runners = {n: self.interpreter.get_signature_runner(n)
+                         for n in (self.layout.prefill, self.layout.decode) if n is not None}
+
+    def describe(self) -> dict[str, Any]:
+        """Runtime, version, threads, delegate, file, signatures with their shapes, KV rows, and the
+        converter's recipe from the pin (tool, version, arguments, the import shim)."""
+        layout, recipe = self.layout, dict(self.pin_file.recipe or {})
+        return {**super().describe(), "runtime": "ai-edge-litert", "ai_edge_litert": _version("ai-edge-litert"),
+                "dtype": "float32", "device": "cpu", "threads": self.threads or None,
+                "op_resolver": "AUTO (builtin ops, default XNNPACK delegate)", "xnnpack": True,
+                "file": self.path.name, "sha256": self.pin_file.files[self.path.name].sha256,
+                "signatures": {n: self._shapes(n) for n in self._runners},
+                "prefill_len": layout.prefill_len, "kv_rows": layout.kv_rows, "kv_cache_dtype": "float32",
+                "context": self.max_context,
+                "converter": {k: recipe.get(k) for k in ("tool", "version", "arguments", "shim") if k in recipe}}
+
+    def _shapes(self, name: str) -> dict[str, dict[str, list[int]]]:
+        runner = self._runners[name]
+        return {side: {t: [int(n) for n in d["shape"]] for t, d in sorted(getter().items())}
+                for side, getter in (("inputs", runner.get_input_details), ("outputs", runner.get_output_details))}
+
+    # -- cache --------------------------------------------------------------------------------
+    def make_cache(self) -> LiteRtCache:
+        """An empty cache: zeroed buffers of the signatures' shape ``[1, R, H, Dh]``."""
+        return LiteRtCache({n: np.zeros(self.layout.kv_shape, np.float32) for n in self.layout.kv_names})
+
+    def cache_length(self, cache: Any) -> int:
+        return 0 if cache is None else int(cache.length)
+
+    def is_trimmable(self, cache: Any) -> bool:
+        """True: rows past the valid length are never read, so a trim only lowers the length."""
+        return True
+
+    def trim(self, cache: Any, n: int) -> bool:
+        if n > cache.length:
+            raise ValueError(f"trim: {n} positions asked, the cache holds {cache.length}")
+        cache.length -= n
+        return True
+
+    def snapshot(self, cache: Any) -> LiteRtCache:
+        return LiteRtCache({k: v.copy() for k, v in cache.buffers.items()}, cache.length)
+
+    def restore(self, snapshot: Any) -> LiteRtCache:
+        return self.snapshot(snapshot)
+
+    def snapshot_buffers(self, snapshot: Any) -> dict[str, np.ndarray]:
+        """``layers.<i>.keys`` / ``values`` float32 ``[T, H, Dh]``, the valid rows of each layer."""
+        out = {}
+        for i in range(self.num_layers):
+            for kv, field in (("k", "keys"), ("v", "values")):
+                out[f"layers.{i}.{field}"] = snapshot.buffers[f"kv_cache_{kv}_{i}"][0, : snapshot.length].copy()
+        return out
+
+    def cache_capacity(self, cache: Any) -> int:
+        """``R``, the KV rows the artifact was exported with (fixed: the buffers never grow)."""
+        return self.layout.kv_rows
+
+    def resident_bytes(self, obj: Any) -> int:
+        return int(sum(a.nbytes for a in obj.buffers.values()))
+
+    # -- forward ------------------------------------------------------------------------------
+    def forward(self, prompt: Prompt | Sequence[int], cache: Any | None = None, keep: int = 0,
+                layers: bool = False) -> Step:
+        """Logits ``[T, V]`` and the final norm's hidden ``[T, D]``, float32, for every position of
+        ``prompt`` after what ``cache`` holds (the cache gains them; ``cache=None``: a cold prefill).
+
+        Raises:
+            ValueError: an empty prompt, or more positions than the cache's rows (:func:`check_forward_length`).
+            Unsupported: ``layers=True`` (the artifact outputs no per-layer stream); a continuation
+                when the artifact has no decode signature and a chunk does not fit a prefill.
+        """
+        if layers:
+            raise self._unsupported("return the residual stream of each layer (layers=True)",
+                                    f"{self.path.name} outputs the logits and the final norm's hidden state only")
+        ids = self.text_ids(prompt)
+        cache = self.make_cache() if cache is None else cache
+        check_forward_length(self, cache.length, len(ids))
+        logits, hidden = [], []
+        done = 0
+        while done < len(ids):
+            n = self._chunk(cache.length, len(ids) - done)
+            out = self._run(ids[done:done + n], cache)
+            logits.append(out["logits"][0, :n])
+            hidden.append(out["hidden"][0, :n])
+            done += n
+        lg, hd = np.concatenate(logits), np.concatenate(hidden)
+        if keep:
+            lg, hd = lg[-keep:], hd[-keep:]
+        return Step(logits=np.ascontiguousarray(lg, np.float32), hidden=np.ascontiguousarray(hd, np.float32))
+
+    def _chunk(self, start: int, left: int) -> int:
+        """Tokens the next signature call takes: a prefill chunk (up to ``T``) where all ``T`` of its
+        rows fit the cache from ``start`` and more than one token is left (or there is no decode),
+        else one decode token."""
+        layout = self.layout
+        if start + layout.prefill_len <= layout.kv_rows and (left > 1 or layout.decode is None):
+            return min(left, layout.prefill_len)
+        if layout.decode is None:
+            raise self._unsupported("run a single token or a chunk past the last full prefill",
+                                    f"{self.path}: field 'signatures' has no 'decode' signature")
+        return 1
+
+    def _run(self, ids: list[int], cache: LiteRtCache, pad: int = 0) -> dict[str, np.ndarray]:
+        """One signature call on ``ids`` at positions ``cache.length`` onwards (padded with ``pad`` ids to
+        the prefill length); updates ``cache`` and returns the outputs (batch axis kept)."""
+        t = 1 if len(ids) == 1 and self.layout.decode is not None else self.layout.prefill_len
+        name = self.layout.decode if t == 1 else self.layout.prefill
+        tokens = np.full((1, t), pad, np.int32)
+        tokens[0, : len(ids)] = ids
+        positions = np.arange(cache.length, cache.length + t, dtype=np.int32)
+        out = self._runners[str(name)](tokens=tokens, input_pos=positions, **cache.buffers)
+        cache.buffers = {k: np.array(out[k], np.float32) for k in self.layout.kv_names}
+        cache.length += len(ids)
+        return out
+
+    # -- generation ---------------------------------------------------------------------------
+    def generate(self, prompt: Prompt | Sequence[int], sampler: Sampler, max_new_tokens: int,
+                 max_kv_size: int | None = None) -> Generation:
+        """Greedy generation through the artifact's signatures: the prompt's forward, then one
+        ``decode`` call per token, argmax of each step's logits (lowest id on ties); stops after the
+        first stop token (kept) or ``max_new_tokens``.
+
+        Raises:
+            Unsupported: a sampled ``sampler``, ``max_kv_size`` (the cache is the artifact's fixed rows),
+                or no decode signature. ContextTooShort: prompt and new tokens pass the KV rows.
+        """
+        if not sampler.greedy:
+            raise self._unsupported("sample (temperature > 0)", "this adapter's loop over the decode signature is greedy")
+        if max_kv_size is not None:
+            raise self._unsupported("bound its KV cache (max_kv_size)",
+                                    f"{self.path.name} has a fixed {self.layout.kv_rows}-row cache")
+        if self.layout.decode is None:
+            raise self._unsupported("generate", f"{self.path}: field 'signatures' has no 'decode' signature")
+        ids = self.text_ids(prompt)
+        if len(ids) + max_new_tokens - 1 > self.max_context:
+            raise ContextTooShort(self.id, f"generate {max_new_tokens} tokens after {len(ids)}",
+                                  f"the .tflite's KV cache holds {self.max_context} rows")
+        start = time.perf_counter()
+        cache = self.make_cache()
+        rows = [self.forward(ids, cache, keep=1).logits[0]]
+        first = time.perf_counter()
+        tokens = [int(np.argmax(rows[0]))]
+        while len(tokens) < max_new_tokens and tokens[-1] not in self.eos_token_ids:
+            rows.append(self.forward([tokens[-1]], cache, keep=1).logits[0])
+            tokens.append(int(np.argmax(rows[-1])))
+        end = time.perf_counter()
+        finish = "stop" if tokens[-1] in self.eos_token_ids else "length"
+        return Generation(tokens=tokens, text=self.decode(tokens), finish_reason=finish,
+                          step_logits=np.stack(rows).astype(np.float32), prefill_seconds=first - start,
+                          decode_seconds=end - first, extra={"loop": "greedy over the decode signature"})
+
+
+def load_interpreter(path: Path, threads: int) -> Any:
+    """ai-edge-litert's ``Interpreter`` on ``path`` with its tensors allocated.
+
+    Raises:
+        PinError: the file is not a loadable ``.tflite`` (missing, truncated, not a flatbuffer), with the
+            runtime's own message.
+    """
+    from ai_edge_litert import interpreter
+
+    if not path.is_file():
+        raise PinError(f"{path}: field 'files' names a .tflite that does not exist")
+    try:
+        return interpreter.Interpreter(model_path=str(path), num_threads=threads or None)
+    except (ValueError, RuntimeError) as exc:
+        raise PinError(f"{path}: not a loadable .tflite ({path.stat().st_size} bytes): {str(exc).splitlines()[0]}") from None
+
+
+def _eos_ids(root: Path, config: dict[str, Any]) -> list[int]:
+    """generation_config.json's ``eos_token_id`` (an int or a list), else config.json's."""
+    gen = root / "generation_config.json"
+    value = json.loads(gen.read_text()).get("eos_token_id") if gen.is_file() else None
+    value = config.get("eos_token_id") if value is None else value
+    return [int(v) for v in (value if isinstance(value, list) else [value] if value is not None else [])]
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None

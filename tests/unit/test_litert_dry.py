@@ -1,0 +1,139 @@
+"""The LiteRT port without its runtime: the registry, which pins it refuses, the signature checks of a
+bad artifact (on signature details written here), and the litert-convert pin's recipe. Nothing here
+imports ai_edge_litert or litert_torch (one test asserts it)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from oracles.engines import BUILTIN, Registry
+from oracles.engines.litert.artifact import Details, Layout, check_model, read_layout
+from oracles.engines.litert.engine import LiteRtPort, tflite_of
+from oracles.errors import PinError
+from oracles.pins.litert import CONVERTER_PACKAGES, OPTIONS, options_of
+from oracles.pins.pin import load_pin
+
+pytestmark = pytest.mark.dry
+
+FILE = Path("/snap/model.tflite")
+KV = (1, 512, 2, 16)
+
+
+def details(t: int = 64, vocab: int = 49152, hidden: int | None = 64, layers: int = 2, decode: bool = True) -> Details:
+    """Signature details shaped as litert-torch's generative export writes them."""
+
+    def sig(n: int) -> dict[str, dict[str, tuple[tuple[int, ...], str]]]:
+        kv = {f"kv_cache_{k}_{i}": (KV, "float32") for i in range(layers) for k in "kv"}
+        outputs = {**kv, "logits": ((1, n, vocab), "float32")}
+        if hidden is not None:
+            outputs["hidden"] = ((1, n, hidden), "float32")
+        return {"inputs": {"tokens": ((1, n), "int32"), "input_pos": ((n,), "int32"), **kv}, "outputs": outputs}
+
+    out = {f"prefill_{t}": sig(t)}
+    if decode:
+        out["decode"] = sig(1)
+    return out
+
+
+def test_registered_under_its_id() -> None:
+    assert BUILTIN["litert"] == "oracles.engines.litert.engine:LiteRtPort"
+    assert Registry().load("litert") is LiteRtPort
+
+
+def test_unavailable_reason_does_not_import_the_runtime() -> None:
+    code = ("import sys; from oracles.engines.litert.engine import LiteRtPort; LiteRtPort.unavailable_reason(); "
+            "print(sorted(m for m in sys.modules if m.startswith(('ai_edge_litert', 'litert_torch', 'transformers'))))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_unsupported_pin_refuses_a_pin_without_a_tflite() -> None:
+    why = LiteRtPort.unsupported_pin(load_pin("smollm2-draft-twin"))
+    assert why is not None and "lists none" in why and "smollm2-draft-twin" in why
+    assert LiteRtPort.unsupported_pin(load_pin("smollm2-draft-twin-litert")) is None
+    assert tflite_of(load_pin("smollm2-draft-twin-litert")) == "model.tflite"
+
+
+def test_layout_of_the_generative_export() -> None:
+    layout = read_layout(FILE, details())
+    assert layout == Layout("prefill_64", 64, "decode", ("kv_cache_k_0", "kv_cache_v_0", "kv_cache_k_1", "kv_cache_v_1"),
+                            KV, 49152, 64)
+    assert (layout.kv_rows, layout.num_layers) == (512, 2)
+    assert read_layout(FILE, details(decode=False)).decode is None
+
+
+def test_a_tflite_without_a_prefill_signature_is_one_line() -> None:
+    with pytest.raises(PinError, match=r"^/snap/model.tflite: field 'signatures' has no prefill_<T> signature "
+                                       r"\(found \['serving_default'\]\)"):
+        read_layout(FILE, {"serving_default": details()["prefill_64"]})
+
+
+def test_a_prefill_without_logits_is_one_line() -> None:
+    bad = details()
+    del bad["prefill_64"]["outputs"]["logits"]
+    with pytest.raises(PinError, match=r"field 'signatures.prefill_64.outputs.logits' is None; .*output_logits_on_prefill"):
+        read_layout(FILE, bad)
+
+
+def test_a_decode_whose_cache_differs_is_one_line() -> None:
+    bad = details()
+    bad["decode"]["inputs"]["kv_cache_v_1"] = ((1, 256, 2, 16), "float32")
+    with pytest.raises(PinError, match=r"field 'signatures.decode.inputs.kv_cache_v_1' is float32 \[1, 256, 2, 16\]; "
+                                       r"expected float32 \[1, 512, 2, 16\]"):
+        read_layout(FILE, bad)
+
+
+def test_a_missing_cache_layer_is_one_line() -> None:
+    bad = details()
+    del bad["prefill_64"]["inputs"]["kv_cache_v_1"]
+    with pytest.raises(PinError, match=r"field 'signatures.prefill_64.inputs.kv_cache_v_1' is missing"):
+        read_layout(FILE, bad)
+
+
+CONFIG = {"vocab_size": 49152, "hidden_size": 64, "num_hidden_layers": 2}
+
+
+def test_sizes_held_to_config_and_tokenizer() -> None:
+    check_model(FILE, read_layout(FILE, details()), CONFIG, 49152)
+
+
+def test_a_vocabulary_differing_from_the_tokenizer_is_one_line() -> None:
+    layout = read_layout(FILE, details(vocab=128))
+    with pytest.raises(PinError, match=r"^/snap/model.tflite: field 'signatures.prefill_64.outputs.logits' width 128 "
+                                       r"is narrower than the pin's tokenizer \(49152 ids\)$"):
+        check_model(FILE, layout, {**CONFIG, "vocab_size": 128}, 49152)
+    with pytest.raises(PinError, match=r"width 128 differs from /snap/config.json vocab_size 49152"):
+        check_model(FILE, layout, CONFIG, 49152)
+
+
+def test_hidden_and_layers_held_to_config() -> None:
+    with pytest.raises(PinError, match=r"outputs.hidden' width 32 differs from /snap/config.json hidden_size 64"):
+        check_model(FILE, read_layout(FILE, details(hidden=32)), CONFIG, 49152)
+    with pytest.raises(PinError, match=r"has 3 KV layers but /snap/config.json num_hidden_layers is 2"):
+        check_model(FILE, read_layout(FILE, details(layers=3)), CONFIG, 49152)
+
+
+def test_the_twin_pin_records_its_recipe() -> None:
+    pin = load_pin("smollm2-draft-twin-litert")
+    recipe = pin.recipe or {}
+    assert (pin.source, pin.reference, pin.converted_from) == ("litert-convert:smollm2-draft-twin",) + ("smollm2-draft-twin",) * 2
+    assert recipe["packages"] == list(CONVERTER_PACKAGES) and recipe["arguments"] == OPTIONS
+    assert recipe["shim"] == {"tensorflow.lite.python.schema_py_generated":
+                              "sys.modules alias of ai_edge_litert.schema_py_generated"}
+    assert sorted(recipe["signatures"]) == ["decode", "prefill_64"]
+    assert pin.precision.weights == pin.precision.compute == "float32"
+    assert options_of(pin) == OPTIONS
+
+
+def test_an_unknown_conversion_option_is_one_line(tmp_path: Path) -> None:
+    obj = json.loads(load_pin("smollm2-draft-twin-litert").path.read_text())
+    obj["recipe"]["arguments"]["prefil_len"] = 32
+    path = tmp_path / "smollm2-draft-twin-litert.json"
+    path.write_text(json.dumps(obj))
+    with pytest.raises(PinError, match=r"field 'recipe.arguments.prefil_len' is not a litert conversion option"):
+        options_of(load_pin(path))
