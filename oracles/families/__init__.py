@@ -32,14 +32,14 @@ TEXT_PINS = (DEFAULT_PIN, HYBRID_PIN)
 #: exactly as the 4-bit one) runs with ``--port-pin smollm2-mlx-q8``; ``make test`` holds its "ping"
 #: prefill through ``oracles compare`` (tests/unit/test_compare_conversions.py) and grades its cost: its
 #: whole port family is ~60 s of mlx-lm CPU here, which ``make test``'s 20-minute budget does not hold.
-CONVERSION_PINS = ("smollm2-mlx-bf16", "smollm2-mlx-q4", "smollm2-gguf-f32", "smollm2-gguf-q4_1")
+CONVERSION_PINS = ("smollm2-mlx-bf16", "smollm2-mlx-q4", "smollm2-gguf-f32", "smollm2-gguf-q4_1", "smollm2-draft-twin-litert")
 #: The conversions among :data:`CONVERSION_PINS` whose runtime also runs the engine families by default
 #: (mtplx's forward, decode, generation and speculative rounds, d1's read-out, the cohort: each port's
 #: own checks on the artifact), where the family serves the artifact's precision
 #: (:meth:`Family.serves_precision`). The MLX conversions run them with ``--port-pin`` naming them: mlx-lm
 #: on this machine's CPU (~7 tokens/s) would cost their d1 and mtplx records minutes that make test's
 #: budget does not hold.
-ENGINE_CONVERSIONS = ("smollm2-gguf-f32", "smollm2-gguf-q4_1")
+ENGINE_CONVERSIONS = ("smollm2-gguf-f32", "smollm2-gguf-q4_1", "smollm2-draft-twin-litert")
 
 
 @dataclass(frozen=True)

@@ -263,12 +263,16 @@ def test_malformed_conversion_fields_are_one_line(tmp_path: Path, fields: dict[s
 # --- the built-in pins, as the issue's interface table declares them --------------------------------------
 
 TABLE = {
-    "smollm2-135m-instruct": (Precision("float32", "float32", gguf_type="Q4_1"), None, None),
+    "smollm2-135m-instruct": (Precision("float32", "float32", gguf_type="Q4_1", dequantized_from="smollm2-gguf-q4_1"),
+                              None, None),
     "smollm2-mlx-bf16": (Precision("bfloat16", "bfloat16"), "smollm2-135m-instruct", "smollm2-135m-instruct"),
     "smollm2-mlx-q8": (Precision("affine", "float32", 8, 64, "affine"), "smollm2-mlx-q8-dequant", "smollm2-135m-instruct"),
     "smollm2-mlx-q4": (Precision("affine", "float32", 4, 64, "affine"), "smollm2-mlx-q4-dequant", "smollm2-135m-instruct"),
     "smollm2-mlx-q8-dequant": (Precision("float32", "float32", dequantized_from="smollm2-mlx-q8"), None, "smollm2-mlx-q8"),
     "smollm2-mlx-q4-dequant": (Precision("float32", "float32", dequantized_from="smollm2-mlx-q4"), None, "smollm2-mlx-q4"),
+    "smollm2-gguf-q4_1": (Precision("Q4_1", "q8_1", gguf_type="Q4_1"), "smollm2-135m-instruct", None),
+    "smollm2-gguf-f32": (Precision("float32", "float32", gguf_type="ALL_F32"), "smollm2-135m-instruct", "smollm2-135m-instruct"),
+    "smollm2-draft-twin-litert": (Precision("float32", "float32"), "smollm2-draft-twin", "smollm2-draft-twin"),
 }
 
 
@@ -279,7 +283,7 @@ def test_builtin_pin_declares_the_table(name: str) -> None:
     assert pin.reference_pin().name == (pin.reference or name)
 
 
-@pytest.mark.parametrize("name", [n for n in TABLE if n.startswith("smollm2-mlx")])
+@pytest.mark.parametrize("name", [n for n in TABLE if n.startswith(("smollm2-mlx", "smollm2-gguf"))])
 def test_conversion_pins_share_the_default_tokenizer(name: str) -> None:
     """Token ids are kept per tokenizer: the conversions read the default pin's (the build fixes the one
     environment-dependent byte, ``local_files_only``)."""
