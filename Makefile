@@ -67,9 +67,10 @@ oracle: materialize
 	$(BIN)/oracles receipts --latest receipts/oracle; exit $$status
 
 # Lint first: a change that breaks ruff or mypy fails here, before the suite's minutes. ruff and mypy
-# (one core) run beside the pins' builds, two jobs on this 2-core machine; their output kept per target.
+# (one core) run beside the pins' builds, three jobs on this 2-core machine (the LiteRT converter's
+# install and the llama.cpp sdist's download wait on the disk and the network); output kept per target.
 test: setup
-	$(MAKE) --no-print-directory -j2 --output-sync=target lint materialize
+	$(MAKE) --no-print-directory -j3 --output-sync=target lint materialize
 	$(BIN)/python -m pytest --runslow $(PARALLEL) $(PYTEST_ARGS)
 
 smoke: setup
