@@ -131,3 +131,27 @@ def test_snapshot_buffers_are_the_references_kv(engine: Any, reference: Any, pin
     assert list(got) == list(want)
     worst = max(float(np.abs(got[k] - want[k]).max()) for k in want)
     assert worst <= FLOAT32.max_abs_logit, f"max |d| over every layer's keys and values {worst:.3g}"
+
+
+def test_the_f16_kv_cache_is_graded_inside_the_bfloat16_band(reference: Any, ping: list[int], receipt: Any) -> None:
+    """llama.cpp's default cache type (f16 K and V) on the F32 file: a graded finding, not a float32 pass.
+
+    Its figures are recorded; it must be past the float32 bound (the f16 cache is in effect: measured
+    max |Δlogit| 3.97e-2 on "ping", the bound 5e-3) and inside the bfloat16 band (transformers in
+    bfloat16 on the same rows, measured 1.39): an f16 cache rounds K and V alone, to 11 significant bits,
+    where bfloat16 rounds every activation to 8, so a cache type that costs more than the band is not
+    the rounding it says it is."""
+    from oracles.engines.llamacpp.engine import LlamaCppPort
+    from oracles.engines.torch.reference import TorchReference
+
+    f16 = LlamaCppPort(*_built("smollm2-gguf-f32"), threads=1, kv_type="f16")
+    band = TorchReference(*_built("smollm2-135m-instruct"), threads=1, dtype="bfloat16")
+    ref = reference.forward(ping).logits
+    cache = held_figures("ping, F32 GGUF, f16 KV", ref, f16.forward(ping).logits)
+    bf16 = held_figures("ping, transformers bfloat16", ref, band.forward(ping).logits)
+    receipt.update(kv_type=f16.describe()["kv_type"], f16_cache={k: cache[k] for k in ("max_abs", "nmse", "kl_mean", "kl_max")},
+                   bfloat16_band={k: bf16[k] for k in ("max_abs", "nmse", "kl_mean", "kl_max")})
+    assert f16.describe()["kv_type"] == "f16"
+    assert cache["max_abs"] > FLOAT32.max_abs_logit, f"the f16 cache moved no logit past float32's bound: {cache['max_abs']:.3g}"
+    for key in ("max_abs", "nmse", "kl_max"):
+        assert cache[key] <= bf16[key], f"f16 KV cache {key} {cache[key]:.4g} is past the bfloat16 band's {bf16[key]:.4g}"
