@@ -24,17 +24,17 @@ DEFAULT_PIN = "smollm2-135m-instruct"
 HYBRID_PIN = "smollm2-hybrid-twin"
 #: The default pins of the text families that run on any causal LM with the default pin's tokenizer.
 TEXT_PINS = (DEFAULT_PIN, HYBRID_PIN)
-#: The conversions of the default pin the port tests run on when neither ``--pin`` nor ``--port-pin`` is
-#: given, each held against its own reference (its pin file's ``reference``): one of each judgment and
-#: each runtime. Exact: the F32 GGUF llama.cpp's converter makes of the default pin, run by llama.cpp,
-#: and the draft twin as litert-torch converts it, run by LiteRT. Bands: mlx-lm's bfloat16 conversion
-#: (the bfloat16 band) and the shipped Q4_1 GGUF on llama.cpp (the q8_1 band; the default pin is that
-#: file's float32 dequantisation). mlx-lm's 4-bit and 8-bit conversions (exact against their dequantized
-#: snapshots) run with ``--port-pin smollm2-mlx-q4`` / ``smollm2-mlx-q8``: ``make test`` holds their
-#: "ping" prefill through ``oracles compare`` (tests/unit/test_compare_conversions.py), the 4-bit fault
-#: panel and their graded cost; their whole port family is ~60 s of mlx-lm CPU each here (~7 tokens/s),
-#: which ``make test``'s 20-minute budget does not hold beside the runtimes'.
-CONVERSION_PINS = ("smollm2-mlx-bf16", "smollm2-gguf-f32", "smollm2-gguf-q4_1", "smollm2-draft-twin-litert")
+#: The conversions the port tests run on when neither ``--pin`` nor ``--port-pin`` is given, each held
+#: against its own reference (its pin file's ``reference``): one of each judgment and runtime. Exact: the
+#: F32 GGUF llama.cpp's converter makes of the default pin, run by llama.cpp, and the draft twin as
+#: litert-torch converts it, run by LiteRT. A band: the shipped Q4_1 GGUF on llama.cpp (the q8_1 band;
+#: the default pin is that file's float32 dequantisation). mlx-lm's conversions (bfloat16 in its band,
+#: 8-bit and 4-bit exact against their dequantized snapshots) run with ``--port-pin`` naming them:
+#: ``make test`` holds their "ping" prefill through the port family and ``oracles compare``
+#: (tests/unit/test_compare_conversions.py), the 4-bit fault panel and their graded cost; each one's
+#: whole port family is 40-60 s of mlx-lm CPU here (~7 tokens/s), which ``make test``'s 20-minute
+#: budget does not hold beside the runtimes'.
+CONVERSION_PINS = ("smollm2-gguf-f32", "smollm2-gguf-q4_1", "smollm2-draft-twin-litert")
 #: The conversions among :data:`CONVERSION_PINS` whose runtime also runs the engine families by default
 #: (mtplx's forward, decode, generation and speculative rounds, d1's read-out, the cohort: each port's
 #: own checks on the artifact), where the family serves the artifact's precision
