@@ -91,9 +91,15 @@ def test_tokenizer_and_chat_rendering(engine: Any, reference: Any, ping: list[in
     with_system = [{"role": "system", "content": "Be brief."}, *PING]
     assert engine.chat_ids(with_system) == list(reference.chat_ids(with_system))
     assert engine.chat_ids(PING) == ping  # the GGUF's template run as Jinja (llama.cpp's --jinja)
-    # llama_chat_apply_template renders it as its built-in ChatML: SmolLM2's default system message is not added
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "llama.cpp b11739 (llama-cpp-py-sync 0.11739): llama_chat_apply_template reads SmolLM2's template as its "
+    "built-in ChatML and drops the template's default system message: 'ping' renders as 10 ids, the reference's "
+    "31 (measured on smollm2-gguf-f32); the engine renders the GGUF's template as Jinja by default"))
+def test_the_c_api_chat_rendering_gives_the_pins_ids(engine: Any, ping: list[int]) -> None:
     builtin = engine.llama_tokenizer.render_builtin(PING, True)
-    assert builtin == "<|im_start|>user\nping<|im_end|>\n<|im_start|>assistant\n"
+    assert engine.tokenizer.encode(builtin, add_special_tokens=False) == ping, builtin
 
 
 def test_describe_records_the_runtime_settings(engine: Any) -> None:
