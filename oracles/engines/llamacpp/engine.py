@@ -156,7 +156,8 @@ class LlamaCppPort(Engine):
         from llama_cpp_py_sync import _version
 
         s = self.settings
-        return {**super().describe(), "model_class": f"llama.cpp {self.header.architecture}", "dtype": "float32",
+        return {**super().describe(), "model_class": f"llama.cpp {self.header.architecture}",
+                "dtype": self.pin_file.precision.compute,  # float32, or q8_1 on a Q4_1 file's products
                 "device": "cpu", DIST: importlib.metadata.version(DIST), "llama_cpp_commit": _version.__llama_cpp_commit__,
                 "llama_cpp_tag": _version.__llama_cpp_tag__, "library": str(self.rt.library),
                 "library_patch": self.rt.patch, "gguf": self.gguf.name, "gguf_type": self.header.file_type,
