@@ -39,18 +39,21 @@ if TYPE_CHECKING:
 MODEL_CLASS = "DeepseekV4ForCausalLM"
 #: The names of a layer's pooling caches, in mlx-vlm's CacheList order after the window.
 POOLS = ("compressor", "indexer")
-#: Measured here (twin, prefix 148, tokens 5, 6, ...; transformers 5.24 fp32 as the reference):
-#: mlx-vlm's prefill of 156 tokens agrees with transformers within 3.3e-7, and its decode within 3.3e-7
-#: up to position 154; from position 155 (the second CSA entry closed one token at a time) its decode
-#: logits differ by 4.2e-3, growing to 0.10 by position 186. Cause: ``_overlap_compress_kv`` pools the
-#: first window of every call with zero K / -inf gate in place of the previous window's first series,
-#: and ``PoolingCache`` keeps no overlap state across calls (transformers' ``DeepseekV4CSACache`` keeps
-#: ``overlap_kv`` / ``overlap_gate``), so each CSA entry closed during decode drops its overlap.
+#: Measured here (twin, transformers 5.24 fp32 as the reference): on the cohort span's lane 0 (prefix 148,
+#: its teacher-forced tokens) mlx-vlm's prefill agrees within 5.4e-7 and its decode within the float32
+#: bounds until position 151, the first CSA entry closed one token at a time: there its logits differ by
+#: 1.2e-2, at most 8.4e-2 (step 130, position 278) over the 132 steps; mlx-vlm's own prefill of the same
+#: 152 tokens agrees within 3.0e-7. (With tokens 5, 6, ... after the same prefix the first gap was at 155,
+#: 4.2e-3: whether the indexer picks the entry depends on the tokens.) Cause: ``_overlap_compress_kv``
+#: pools the first window of every call with zero K / -inf gate in place of the previous window's first
+#: series, and ``PoolingCache`` keeps no overlap state across calls (transformers' ``DeepseekV4CSACache``
+#: keeps ``overlap_kv`` / ``overlap_gate``), so each CSA entry closed during decode drops its overlap.
 DECODE_OVERLAP_GAP = (
     "mlx-vlm 0.7.10 DeepSeek-V4: a CSA entry closed during decode is pooled without the previous window's "
     "overlap (_overlap_compress_kv zero-fills window 0 of each call; PoolingCache keeps no overlap state): on "
-    "deepseek-v4-twin after a 148-token prefill, decode logits differ from transformers by 4.2e-3 from position "
-    "155 (0.10 by 186), while a prefill of the same 156 tokens agrees within 3.3e-7")
+    "deepseek-v4-twin after a 148-token prefill, decode logits differ from transformers by 1.2e-2 from position "
+    "151 (the first entry closed in decode; at most 8.4e-2 by 278), while its prefill of the same 152 tokens "
+    "agrees within 3.0e-7")
 
 #: Measured here (twin, the cohort family's 4 lanes of 148, MLX CPU): the batched decode differs from the
 #: serial one from the first step after the serial window wraps, and only by the window's row order:
