@@ -11,7 +11,8 @@ A lane cache is a transformers ``Cache`` whose per-layer entries are of three ki
   ``[1, C_conv, K]`` and a recurrent state ``[1, H_v, d_k, d_v]`` of fixed shapes, rewritten each step.
 
 Sliding-window and hybrid (both kinds in one layer) entries raise
-:class:`~oracles.engines.base.Unsupported`. torch and transformers are imported inside the functions.
+:class:`~oracles.engines.base.Unsupported`, except in a DeepSeek-V4 cache (its sliding window beside
+compressed entries), which :mod:`oracles.engines.torch.cohort_dsv4` handles whole. torch and transformers are imported inside the functions.
 """
 
 from __future__ import annotations
@@ -28,12 +29,13 @@ from oracles.engines.torch import cohort_dsv4 as dsv4
 #: 33-54 tokens, 132 teacher-forced steps), cohort un-permuted vs serial, max |d| over lanes and steps.
 #: A 4-row CPU ``nn.Linear`` already differs from a 1-row one: MKL/oneDNN block a 4-row product
 #: otherwise, so its sums run in another order. A lane kept in its row of a same-shaped batch is
-#: bit-exact (the family's row-isolation proof), and two rows holding one lane agree.
+#: bit-exact (except on DeepSeek-V4's MoE: :data:`oracles.engines.torch.cohort_dsv4.ROW_VARIANCE`) (the family's row-isolation proof), and two rows holding one lane agree.
 BATCH_VARIANCE = (
     "torch CPU matmuls are not batch-invariant (a 4-row nn.Linear sums in another order than a 1-row one); "
     "measured B=4 cohort vs serial over 132 steps, max |d|: SmolLM2-135M hidden 6.0e-5, logits 7.5e-5, keys "
     "2.9e-5, values 2.1e-5; hybrid twin hidden 4.8e-5, logits 6.1e-5, keys 3.7e-5, values 3.1e-5, conv state "
-    "2.8e-5, recurrent state 1.6e-6; draft twin hidden 7.2e-7, logits 7.2e-7, keys 2.1e-7, values 2.4e-7")
+    "2.8e-5, recurrent state 1.6e-6; draft twin hidden 7.2e-7, logits 7.2e-7, keys 2.1e-7, values 2.4e-7; DeepSeek-V4 "
+    "twin (4 lanes of 148) hidden 1.4e-6, logits 3.8e-7, window_kv 1.9e-6, compressor 1.3e-6, indexer 1.2e-6")
 
 #: Why a DeepSeek-V4 cache has no capacity to grow (transformers 5.24's DeepseekV4PreTrainedModel).
 NO_STATIC_DSV4 = ("transformers' DeepSeek-V4 cache has no static form: its compressed layers grow by concatenation "

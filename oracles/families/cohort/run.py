@@ -121,7 +121,10 @@ SAMPLE = CohortSpec(prefix=(6, 8, 5, 9), steps=4, isolation_steps=1, anchor=16, 
 #: One prefix length for every lane: transformers' DeepSeek-V4 cache batches lanes only at one length
 #: (:mod:`oracles.engines.torch.cohort_dsv4`). Anchor 384 = 3 x 128: the extension closes the third
 #: HCA entry at the anchor's last position.
-COMPRESSED = CohortSpec(prefix=(148,) * LANES, steps=132, isolation_steps=16, anchor=384, capacity=448,
+#: Twin and isolation runs 8 steps (positions 148..155: two CSA entries close in them), half of FULL's 16,
+#: inside the budget of ``make test`` (measured: a span step of the 4 serial lanes and 6 cohorts costs
+#: ~0.2 s on torch here, one of the 4 lanes and the cohort ~0.08 s).
+COMPRESSED = CohortSpec(prefix=(148,) * LANES, steps=132, isolation_steps=8, anchor=384, capacity=448,
                         scope="full")
 #: Model classes whose caches hold compressed entries: they run :data:`COMPRESSED`.
 COMPRESSED_CLASSES = frozenset({"DeepseekV4ForCausalLM"})
