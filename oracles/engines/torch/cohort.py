@@ -12,7 +12,8 @@ A lane cache is a transformers ``Cache`` whose per-layer entries are of three ki
 
 Sliding-window and hybrid (both kinds in one layer) entries raise
 :class:`~oracles.engines.base.Unsupported`, except in a DeepSeek-V4 cache (its sliding window beside
-compressed entries), which :mod:`oracles.engines.torch.cohort_dsv4` handles whole. torch and transformers are imported inside the functions.
+compressed entries), which :mod:`oracles.engines.torch.cohort_dsv4` handles whole. torch and
+transformers are imported inside the functions.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from oracles.engines.torch import cohort_dsv4 as dsv4
 #: 33-54 tokens, 132 teacher-forced steps), cohort un-permuted vs serial, max |d| over lanes and steps.
 #: A 4-row CPU ``nn.Linear`` already differs from a 1-row one: MKL/oneDNN block a 4-row product
 #: otherwise, so its sums run in another order. A lane kept in its row of a same-shaped batch is
-#: bit-exact (except on DeepSeek-V4's MoE: :data:`oracles.engines.torch.cohort_dsv4.ROW_VARIANCE`) (the family's row-isolation proof), and two rows holding one lane agree.
+#: bit-exact (the family's row-isolation proof; not on DeepSeek-V4's MoE:
+#: :data:`oracles.engines.torch.cohort_dsv4.ROW_VARIANCE`), and two rows holding one lane agree.
 BATCH_VARIANCE = (
     "torch CPU matmuls are not batch-invariant (a 4-row nn.Linear sums in another order than a 1-row one); "
     "measured B=4 cohort vs serial over 132 steps, max |d|: SmolLM2-135M hidden 6.0e-5, logits 7.5e-5, keys "
