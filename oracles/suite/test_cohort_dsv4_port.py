@@ -184,3 +184,14 @@ def test_dsv4_port_cold_forward_within_float32(pair: tuple[Any, Any], receipt: R
     fig = _prefill_figures(pair, 16, cached=False)
     receipt.update(max_abs=fig["max_abs"], max_abs_at=fig["max_abs_at"])
     assert not threshold_failures(fig), f"{PIN} ({PORT}) forward of 16 with cache=None: {threshold_failures(fig)}"
+
+
+def test_dsv4_caches_refuse_trimming(pair: tuple[Any, Any]) -> None:
+    """Neither engine trims a DeepSeek-V4 cache (a crop would leave the compressors' entries and open
+    window as they were: transformers' layers claim ``is_croppable`` all the same), so the families
+    roll back by snapshot/restore; a refused trim leaves the cache as it was."""
+    for engine in pair:
+        cache = engine.make_cache()
+        engine.forward(fam.prefix_tokens(0, 9, int(engine.vocab_size)), cache, keep=1)
+        assert not engine.is_trimmable(cache), f"{engine.id}: a DeepSeek-V4 cache reported trimmable"
+        assert not engine.trim(cache, 1) and engine.cache_length(cache) == 9, f"{engine.id}: a refused trim changed it"

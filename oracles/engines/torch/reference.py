@@ -267,8 +267,12 @@ class TorchReference(TorchCohort):
 
     def is_trimmable(self, cache: Any) -> bool:
         """A transformers cache can be cropped when every layer can: attention layers always,
-        linear-attention layers only with past recording on (``is_croppable``)."""
-        return all(_croppable(layer) for layer in cache.layers)
+        linear-attention layers only with past recording on (``is_croppable``); never a DeepSeek-V4 cache
+        (issue 18 dsv4: its layers inherit ``is_croppable`` from the sliding window, but a crop leaves the
+        compressors' entries and open windows as they were)."""
+        from oracles.engines.torch.cohort_dsv4 import is_compressed
+
+        return all(_croppable(layer) for layer in cache.layers) and not is_compressed(cache)
 
     def trim(self, cache: Any, n: int) -> bool:
         """Drop the last ``n`` cached positions in place (``DynamicCache.crop(-n)``: transformers 5
