@@ -195,3 +195,31 @@ def test_dsv4_caches_refuse_trimming(pair: tuple[Any, Any]) -> None:
         engine.forward(fam.prefix_tokens(0, 9, int(engine.vocab_size)), cache, keep=1)
         assert not engine.is_trimmable(cache), f"{engine.id}: a DeepSeek-V4 cache reported trimmable"
         assert not engine.trim(cache, 1) and engine.cache_length(cache) == 9, f"{engine.id}: a refused trim changed it"
+
+
+def test_dsv4_lanes_of_distinct_lengths(pair: tuple[Any, Any], receipt: Receipt) -> None:
+    """transformers' DeepSeek-V4 cache cannot batch lanes of distinct lengths (one entry count per layer):
+    the reference refuses them, naming the lengths, before any lane changes; mlx-vlm's batch caches keep
+    per-lane lengths, and its cohort of a 9- and an 8-token lane (one CSA entry closing in one lane only)
+    is within the cohort bound of each lane's serial step."""
+    from oracles.engines.types import Unsupported
+
+    ref, port = pair
+    V = int(ref.vocab_size)
+    lanes = [fam.prefix_tokens(q, n, V) for q, n in ((0, 9), (1, 8))]
+    caches = [ref.make_cache() for _ in lanes]
+    for ids, c in zip(lanes, caches):
+        ref.forward(ids, c, keep=1)
+    with pytest.raises(Unsupported, match=r"the lanes hold \[9, 8\] positions") as refused:
+        ref.decode_cohort([5, 6], caches)
+    assert [ref.cache_length(c) for c in caches] == [9, 8], "a refused cohort changed the lanes"
+    serial, batch = [port.make_cache() for _ in lanes], [port.make_cache() for _ in lanes]
+    for ids, s, b in zip(lanes, serial, batch):
+        port.forward(ids, s, keep=1)
+        port.forward(ids, b, keep=1)
+    alone = [port.forward([t], s, keep=1).logits[-1] for t, s in zip((5, 6), serial)]
+    together = port.decode_cohort([5, 6], batch).logits
+    gap = [float(np.max(np.abs(a - b))) for a, b in zip(alone, together)]
+    receipt.update(refusal=str(refused.value), mlx_gap=gap, mlx_lengths=[port.cache_length(c) for c in batch])
+    assert [port.cache_length(c) for c in batch] == [10, 9], f"mlx lanes hold {[port.cache_length(c) for c in batch]}"
+    assert max(gap) <= port.tolerance().cohort_atol, f"{PORT} cohort of distinct lengths vs serial: max |d| {gap}"
