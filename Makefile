@@ -37,7 +37,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 # verifies, so a second run only verifies.
 BUILTIN_PINS := smollm2-135m-instruct smollm2-draft-twin smollm2-hybrid-twin qwen35-vl-twin \
 	smollm2-mlx-bf16 smollm2-mlx-q8 smollm2-mlx-q8-dequant smollm2-mlx-q4 smollm2-mlx-q4-dequant \
-	smollm2-gguf-q4_1 smollm2-gguf-f32 smollm2-draft-twin-litert
+	smollm2-gguf-q4_1 smollm2-gguf-f32 smollm2-draft-twin-litert smollm2-draft-twin-litert-plain
 PIN_TARGETS := $(addprefix pin/,$(BUILTIN_PINS))
 .PHONY: $(PIN_TARGETS)
 
@@ -61,6 +61,9 @@ pin/smollm2-gguf-q4_1 pin/smollm2-gguf-f32: pin/smollm2-135m-instruct
 # The draft twin as litert-torch converts it (.tflite with prefill/decode signatures over a KV cache); the first
 # build makes the converter's own env under $$ORACLES_HOME/envs (oracles/pins/litert.py), outside .venv
 pin/smollm2-draft-twin-litert: pin/smollm2-draft-twin
+# the same twin as a plain graph (litert_torch.convert of the transformers model, one 512-id signature), after
+# the generative one so the two builds never make the converter's env at once
+pin/smollm2-draft-twin-litert-plain: pin/smollm2-draft-twin-litert
 
 oracle: materialize
 	$(BIN)/python -m pytest oracles/suite --runslow --receipt-tag oracle $(PARALLEL) $(PYTEST_ARGS); status=$$?; \
