@@ -113,6 +113,26 @@ def image_text(px: Pixels) -> str:
     return "<|image_start|>" + "<image>" * px.tokens + "<|image_end|>"
 
 
+def foreign_pixels(vision: dict[str, np.ndarray], own: Sequence[Pixels]) -> list[Pixels]:
+    """Another processor's vision inputs (``pixel_values`` ``[N, P, 768]``, ``pixel_attention_mask``
+    ``[N, P]``, ``spatial_shapes`` ``[N, 2]``: one row per single-view picture) as :class:`Pixels`, with the
+    image-token counts of the reference's own ``own`` (so the reference can be fed a port's pixels).
+
+    Raises:
+        ValueError: the row count or a patch grid differs from ``own``'s.
+    """
+    values, mask, shapes = (np.asarray(vision[k]) for k in ("pixel_values", "pixel_attention_mask", "spatial_shapes"))
+    if len(values) != len(own):
+        raise ValueError(f"{len(values)} vision rows for {len(own)} pictures")
+    out = []
+    for i, px in enumerate(own):
+        if [int(x) for x in shapes[i]] != [int(x) for x in px.spatial_shapes[0]]:
+            raise ValueError(f"picture {i}: patch grid {shapes[i].tolist()} vs the reference's {px.spatial_shapes[0].tolist()}")
+        out.append(Pixels(values[i:i + 1].astype(np.float32), mask[i:i + 1].astype(np.int32),
+                          shapes[i:i + 1].astype(np.int64), px.size, px.tokens))
+    return out
+
+
 class Lfm2VlD1Reference:
     """The reference for System One requests on an LFM2-VL snapshot at ``root`` (module docstring).
 
@@ -193,3 +213,27 @@ class Lfm2VlD1Reference:
                 "model_class": type(self.model).__name__, "dtype": "float32", "device": "cpu",
                 "torch": self.torch.__version__, "transformers": transformers.__version__,
                 "preprocessing": "oracles.engines.torch.lfm2_vl.preprocess (torch ops; no torchvision)"}
+
+
+def main(argv: Sequence[str]) -> int:
+    """``python -m oracles.engines.torch.lfm2_vl ROOT RECORD_ID OUT.npz THREADS``: the reference's API path of
+    one System One record in a fresh process (the suite's unpatched-processor proof): ``trunk``, the
+    pictures' ``pixel_values`` and each question's ``logz``; exits 3 if mlx_vlm got imported."""
+    import sys
+
+    root, rid, out = Path(argv[0]), argv[1], Path(argv[2])
+    from oracles.families.d1 import system_one_run as sr
+
+    req = next(r for r in so.load_requests() if r.id == rid)
+    ref = Lfm2VlD1Reference(root, int(argv[3]))
+    trunk, branches, pixels = ref.decision_inputs(req, sr.pictures(req))
+    logz = ref.answer_logprobs(trunk, branches, pixels)
+    np.savez(out, trunk=np.array(trunk), pixel_values=np.concatenate([p.pixel_values for p in pixels]),
+             **{f"logz{i}": z for i, z in enumerate(logz)})
+    return 3 if "mlx_vlm" in sys.modules else 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))
