@@ -33,13 +33,18 @@ PORT = "mlx-vlm-d1"
 REQUESTS = {r.id: r for r in so.load_requests()}
 KEYS = [(r.id, q.qid) for r in REQUESTS.values() for q in r.questions]
 TREE_KEYS = [k for k in KEYS if len(REQUESTS[k[0]].questions) > 1]
-#: Measured here (this file's test_so_pixels receipts): mlx-vlm's numpy processor resizes with PIL's bicubic
-#: (a = -0.5), transformers' Lfm2VlImageProcessor with torchvision's tensor bicubic (torch's a = -0.75,
-#: antialiased): both pictures are upscaled to LFM2-VL's 64-token minimum, and the kernels part there.
-PIXEL_GAP = {"so_pic_circle": "15 steps of the 8-bit scale (96 x 64 -> 320 x 224; log-probs move by 2.3e-3)",
-             "so_pic_square_tree": "1 step of the 8-bit scale (64 x 128 -> 192 x 384; log-probs move by 9.9e-5)"}
+#: Measured here (this file's test_so_pixels receipts): both processors upscale the pictures to LFM2-VL's
+#: 64-token minimum with a bicubic kernel, but mlx-vlm's numpy processor resizes with PIL, which rounds and
+#: clamps to 8 bits between its horizontal and vertical passes, and transformers' Lfm2VlImageProcessor with
+#: torchvision's tensor path (torch's antialiased bicubic, one rounding at the end). Where bicubic overshoots
+#: at a saturated edge the two part; a two-pass torch resize with an 8-bit intermediate is within 1 step of PIL.
+PIXEL_GAP = {"so_pic_circle": "15 steps of the 8-bit scale on 1.3 % of values (96 x 64 -> 320 x 224; "
+                              "log-probs at the read-out ids move by 2.3e-3, probabilities by 2.2e-4)",
+             "so_pic_square_tree": "1 step of the 8-bit scale on 0.03 % of values (64 x 128 -> 192 x 384; "
+                                   "log-probs move by 1.0e-4, probabilities by 2.6e-5)"}
 PICTURES = [pytest.param(rid, marks=pytest.mark.xfail(strict=True, reason=(
-    f"mlx-vlm 0.7.10's LFM2-VL pixels differ from transformers' by {PIXEL_GAP[rid]}: PIL bicubic vs torch bicubic")))
+    f"mlx-vlm 0.7.10's LFM2-VL pixels differ from transformers' by {PIXEL_GAP[rid]}: PIL's two-pass 8-bit "
+    "bicubic vs torch's")))
     for rid, r in REQUESTS.items() if r.images]
 
 
@@ -168,9 +173,10 @@ def test_so_port_predict(runs: Runs, so_reference: Any, so_port: Engine, key: tu
         assert set(got["probabilities"]) == set(want["probabilities"]), f"{_label(key)}: keys {got} vs {want}"
         worst = max(abs(got["probabilities"][n] - want["probabilities"][n]) for n in want["probabilities"])
         assert worst <= slack, f"{_label(key)}: a probability moves by {worst:.3g}: {got} vs {want}"
-    if top2_gap(so.readout(z_ref, _ref(runs, so_reference, key[0]).groups[key[1]])) > FLOAT32.key_margin:
-        value_ok = got["value"] == want["value"] if q.kind != "score" else abs(got["value"] - want["value"]) <= slack * len(q.labels)
-        assert value_ok, f"{_label(key)}: the port answers {got['value']!r}, the reference {want['value']!r}"
+    if q.kind == "score":  # the expected level: each probability's slack, weighted by its level
+        assert abs(got["value"] - want["value"]) <= slack * len(q.labels), f"{_label(key)}: {got} vs {want}"
+    elif top2_gap(so.readout(z_ref, _ref(runs, so_reference, key[0]).groups[key[1]])) > FLOAT32.key_margin:
+        assert got["value"] == want["value"], f"{_label(key)}: the port answers {got['value']!r}, the reference {want['value']!r}"
 
 
 @pytest.mark.parametrize("key", TREE_KEYS, ids=[_label(k) for k in TREE_KEYS])
@@ -228,7 +234,8 @@ def test_so_reference_unpatched(so_reference: Any, so_port: Engine, tmp_path: Pa
     trunk, branches, pixels = so_reference.decision_inputs(req, sr.pictures(req))
     logz = so_reference.answer_logprobs(trunk, branches, pixels)
     out = tmp_path / "fresh.npz"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")])}
+    here = str(Path(__file__).resolve().parents[2])  # the checkout or site-packages holding this oracles
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([here, os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run([sys.executable, "-m", "oracles.engines.torch.lfm2_vl", str(so_reference.root), rid, str(out),
                            str(torch.get_num_threads())], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, f"fresh process exited {proc.returncode} (3: it imported mlx_vlm): {proc.stderr[-500:]}"

@@ -68,7 +68,8 @@ def needs_tiles(height: int, width: int, cfg: dict[str, Any]) -> bool:
     """LFM2-VL's test for splitting a picture into tiles (its pixels past ``max_pixels_tolerance`` times the budget)."""
     p, d = int(cfg["encoder_patch_size"]), int(cfg["downsample_factor"])
     h, w = max(p, round(height / (p * d)) * p * d), max(p, round(width / (p * d)) * p * d)
-    return bool(cfg["do_image_splitting"]) and h * w > int(cfg["max_image_tokens"]) * p * p * d * d * float(cfg["max_pixels_tolerance"])
+    budget = int(cfg["max_image_tokens"]) * p * p * d * d * float(cfg["max_pixels_tolerance"])
+    return bool(cfg["do_image_splitting"]) and h * w > budget
 
 
 def preprocess(image: Any, cfg: dict[str, Any]) -> Pixels:
@@ -228,8 +229,9 @@ def main(argv: Sequence[str]) -> int:
     ref = Lfm2VlD1Reference(root, int(argv[3]))
     trunk, branches, pixels = ref.decision_inputs(req, sr.pictures(req))
     logz = ref.answer_logprobs(trunk, branches, pixels)
-    np.savez(out, trunk=np.array(trunk), pixel_values=np.concatenate([p.pixel_values for p in pixels]),
-             **{f"logz{i}": z for i, z in enumerate(logz)})
+    arrays: dict[str, Any] = {"trunk": np.array(trunk), "pixel_values": np.concatenate([p.pixel_values for p in pixels]),
+                              **{f"logz{i}": z for i, z in enumerate(logz)}}
+    np.savez(out, **arrays)
     return 3 if "mlx_vlm" in sys.modules else 0
 
 
