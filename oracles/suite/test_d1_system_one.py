@@ -53,12 +53,12 @@ def _label(key: tuple[str, str]) -> str:
 
 
 @pytest.fixture(scope="session")
-def so_reference(verified_snapshot: Callable[[str], Path], runs: Runs) -> Any:
-    """The LFM2-VL d1 reference on the twin (built once per session)."""
+def so_reference(verified_snapshot: Callable[[str], Path], runs: Runs, pytestconfig: pytest.Config) -> Any:
+    """The LFM2-VL d1 reference on the twin (built once per session, ``--oracle-threads`` threads)."""
     from oracles.engines.torch.lfm2_vl import Lfm2VlD1Reference
 
     root = verified_snapshot(TWIN)
-    return runs(("d1-so", "torch", TWIN), lambda: Lfm2VlD1Reference(root))
+    return runs(("d1-so", "torch", TWIN), lambda: Lfm2VlD1Reference(root, pytestconfig.getoption("oracle_threads")))
 
 
 @pytest.fixture
@@ -119,7 +119,7 @@ def test_so_ids(runs: Runs, so_reference: Any, so_port: Engine, rid: str, receip
     renderer's and encoding's."""
     ref, port = _ref(runs, so_reference, rid), _port(runs, so_port, rid)
     receipt.update(trunk_len=len(ref.trunk), branch_lens=[len(b) for b in ref.branches],
-                   image_ids=ref.trunk.count(so_reference.image_token_id))
+                   image_ids=ref.trunk.count(so_reference.image_token_id), reference=so_reference.describe())
     assert_ids_equal(port.trunk, ref.trunk, f"{rid}: port trunk vs the reference's")
     assert len(port.branches) == len(ref.branches), f"{rid}: {len(port.branches)} branches vs {len(ref.branches)}"
     for q, a, b in zip(REQUESTS[rid].questions, port.branches, ref.branches):

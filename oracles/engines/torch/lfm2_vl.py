@@ -212,7 +212,7 @@ class Lfm2VlD1Reference:
 
         return {"engine": self.id, "class": f"{type(self).__module__}.{type(self).__qualname__}",
                 "model_class": type(self.model).__name__, "dtype": "float32", "device": "cpu",
-                "torch": self.torch.__version__, "transformers": transformers.__version__,
+                "torch": str(self.torch.__version__), "transformers": str(transformers.__version__),
                 "preprocessing": "oracles.engines.torch.lfm2_vl.preprocess (torch ops; no torchvision)"}
 
 
