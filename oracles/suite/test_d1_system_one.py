@@ -165,7 +165,7 @@ def test_so_port_predict(runs: Runs, so_reference: Any, so_port: Engine, key: tu
     want = so.answer(q, so.readout(z_ref, _ref(runs, so_reference, key[0]).groups[key[1]]))
     got = _port(runs, so_port, key[0]).answers[key[1]]
     receipt.update(port=got, reference=want)
-    slack = 1e-4 + FLOAT32.max_abs_dp
+    slack = 10.0 ** -so.PLACES + FLOAT32.max_abs_dp  # one unit of the rounded place, plus the float32 dp bound
     assert got["type"] == want["type"], f"{_label(key)}: answer type {got['type']!r} vs {want['type']!r}"
     if q.kind == "noul":
         assert abs(got["probability"] - want["probability"]) <= slack, f"{_label(key)}: {got} vs {want}"

@@ -56,6 +56,10 @@ IMAGES = RECORDS.parent / "images"
 TYPES = ("choice", "score", "bool", "noul")
 TURN_OPEN, TURN_CLOSE = "<|im_start|>", "<|im_end|>"
 YES, NO = ("yes", "Yes", "YES"), ("no", "No", "NO")
+#: A noul's answer is true when its rounded P(yes) is at least this (D1Model's published decision rule, not a tolerance).
+BOOL_AT = 0.5
+#: Places an answer's probabilities are rounded to.
+PLACES = 4
 #: Single-token codes tried, in order, when an option's own code is not one token of its own.
 FALLBACK: tuple[str, ...] = (tuple(chr(c) for c in range(65, 91)) + tuple(f"{i:02d}" for i in range(100))
                              + tuple(chr(c) for c in range(97, 123)) + tuple(f"#{i}" for i in range(200))
@@ -296,14 +300,14 @@ def readout(logz: Sequence[float] | Any, groups: Sequence[Sequence[int]]) -> lis
 def answer(q: Question, p: Sequence[float]) -> dict[str, Any]:
     """The answer D1Model's ``predict`` writes for ``q`` with option probabilities ``p`` (module docstring)."""
     if q.kind == "noul":
-        return {"type": "bool", "value": round(p[0], 4) >= 0.5, "probability": round(p[0], 4)}
+        return {"type": "bool", "value": round(p[0], PLACES) >= BOOL_AT, "probability": round(p[0], PLACES)}
     best = max(range(len(p)), key=lambda i: p[i])
     names = q.names()
-    out: dict[str, Any] = {"type": q.kind, "probabilities": {n: round(v, 4) for n, v in zip(names, p)},
-                           "metadata": {"confidence": round(p[best], 4)}}
+    out: dict[str, Any] = {"type": q.kind, "probabilities": {n: round(v, PLACES) for n, v in zip(names, p)},
+                           "metadata": {"confidence": round(p[best], PLACES)}}
     if q.kind == "choice":
         out["value"] = names[best]
     else:
-        out["value"] = round(sum(i * v for i, v in enumerate(p)), 4)
+        out["value"] = round(sum(i * v for i, v in enumerate(p)), PLACES)
         out["metadata"]["legend"] = {str(i): d for i, d in enumerate(q.labels)}
     return out
