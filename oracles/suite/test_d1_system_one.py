@@ -62,8 +62,13 @@ def so_reference(verified_snapshot: Callable[[str], Path], runs: Runs, pytestcon
 
 
 @pytest.fixture
-def so_port(engines: Callable[..., Engine], receipt: Receipt) -> Engine:
-    """mlx-vlm's d1 port on the twin (skipped, naming why, where mlx-vlm cannot run)."""
+def so_port(engines: Callable[..., Engine], pytestconfig: pytest.Config, receipt: Receipt) -> Engine:
+    """mlx-vlm's d1 port on the twin (skipped, naming why, where mlx-vlm cannot run or ``--port`` left it out)."""
+    from oracles.plugin.state import settings_of
+
+    chosen = settings_of(pytestconfig).ports
+    if PORT not in chosen:
+        pytest.skip(f"--port {pytestconfig.getoption('port')} resolved to {list(chosen)}, without {PORT}")
     port = engines(PORT, TWIN)
     receipt.update(port=port.describe())
     return port
