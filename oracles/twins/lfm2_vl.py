@@ -29,8 +29,11 @@ is an image).
 what mlx-vlm 0.7.10 reads to load the weights as its d1 model (``mlx_vlm.utils``: an ``lfm2_vl``
 config whose ``AutoModel`` ends in ``D1Model``). No ``modeling_d1.py`` ships: transformers never reads
 ``auto_map`` unless asked for remote code, which the reference never is (it builds
-``Lfm2VlForConditionalGeneration`` itself). The untranslated alternative (``model_type`` ``d1``)
-would be a translation of the config; this twin needs none (:mod:`oracles.engines.mlx.d1` checks it).
+``Lfm2VlForConditionalGeneration`` itself). The other key mlx-vlm reads, ``model_type`` ``d1``, is not
+transformers' (measured: ``AutoConfig`` refuses an unknown architecture, the explicit class loads it
+with a type-mismatch warning), so the twin carries ``auto_map`` and neither library needs a translation
+(:mod:`oracles.engines.mlx.d1` records none; the suite checks that without ``auto_map`` mlx-vlm's
+decision API refuses).
 
 ``preprocessor_config.json``: transformers' ``Lfm2VlImageProcessor`` defaults (tiles 2..10 of 512,
 64..256 image tokens, thumbnail), mean = std = 0.5 and ``resample`` 3 (bicubic) as LFM2-VL-450M ships.
