@@ -262,3 +262,18 @@ def test_so_plain_lfm2_vl_refuses(verified_snapshot: Callable[[str], Path], so_p
     receipt.update(plain_class=cls, refusal=why, d1_class=so_port.describe()["model_class"])
     assert cls.endswith("lfm2_vl.Model") and "does not support decision prediction" in why, (cls, why)
     assert so_port.describe()["model_class"] == "mlx_vlm.models.d1.d1.Model"
+
+
+@pytest.mark.parametrize("side", ["torch", PORT])
+def test_so_determinism(runs: Runs, so_reference: Any, request: pytest.FixtureRequest, side: str,
+                        receipt: Receipt) -> None:
+    """A picture request again, cold, from the pictures on: the same ids and the same log-probabilities
+    bit for bit on each engine (so a difference elsewhere is the engines', never a run's)."""
+    rid = "so_pic_circle"
+    engine = so_reference if side == "torch" else request.getfixturevalue("so_port")
+    first = _ref(runs, engine, rid) if side == "torch" else _port(runs, engine, rid)
+    again = sr.run_reference(engine, REQUESTS[rid]) if side == "torch" else sr.run_port(engine, REQUESTS[rid])
+    d = diff(again.logz[0], first.logz[0])
+    receipt.update(record=rid, bit_equal=d.equal, max_abs=d.max_abs)
+    assert_ids_equal(again.trunk, first.trunk, f"{rid}: {side} ids, second run vs first")
+    assert d.equal, f"{rid}: {side} logz differ between two cold runs: {d.mismatches} values, max |d| {d.max_abs:.3g}"
