@@ -37,7 +37,8 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 # verifies, so a second run only verifies.
 BUILTIN_PINS := smollm2-135m-instruct smollm2-draft-twin smollm2-hybrid-twin qwen35-vl-twin \
 	smollm2-mlx-bf16 smollm2-mlx-q8 smollm2-mlx-q8-dequant smollm2-mlx-q4 smollm2-mlx-q4-dequant \
-	smollm2-gguf-q4_1 smollm2-gguf-f32 smollm2-draft-twin-litert smollm2-draft-twin-litert-plain
+	smollm2-gguf-q4_1 smollm2-gguf-f32 smollm2-draft-twin-litert smollm2-draft-twin-litert-plain \
+	lfm2-vl-d1-twin
 PIN_TARGETS := $(addprefix pin/,$(BUILTIN_PINS))
 .PHONY: $(PIN_TARGETS)
 
@@ -58,6 +59,8 @@ pin/smollm2-mlx-q4-dequant: pin/smollm2-mlx-q4
 # SmolLM2 as llama.cpp runs it: the shipped Q4_1 GGUF itself (the default pin dequantises it), and the F32 GGUF
 # llama.cpp's own convert_hf_to_gguf.py (llama-cpp-python 0.3.36 sdist, cached in $$ORACLES_HOME/tools) makes of it
 pin/smollm2-gguf-q4_1 pin/smollm2-gguf-f32: pin/smollm2-135m-instruct
+# the d1 family's LFM2-VL twin (mlx-vlm's d1 model) extends the default pin's tokenizer
+pin/lfm2-vl-d1-twin: pin/smollm2-135m-instruct
 # The draft twin as litert-torch converts it (.tflite with prefill/decode signatures over a KV cache); the first
 # build makes the converter's own env under $$ORACLES_HOME/envs (oracles/pins/litert.py), outside .venv
 pin/smollm2-draft-twin-litert: pin/smollm2-draft-twin

@@ -30,6 +30,7 @@ BUILTIN: dict[str, str] = {
     "torch-cuda": "oracles.engines.torch.cuda:TorchCuda",
     "mlx": "oracles.engines.mlx.lm:MlxPort",
     "mlx-vlm": "oracles.engines.mlx.vlm:MlxVlmPort",
+    "mlx-vlm-d1": "oracles.engines.mlx.d1:MlxVlmD1",
     "mtplx": "oracles.engines.mlx.mtplx:MtplxPort",
     "llamacpp": "oracles.engines.llamacpp.engine:LlamaCppPort",
     "litert": "oracles.engines.litert.engine:LiteRtPort",
