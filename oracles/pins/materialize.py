@@ -130,6 +130,7 @@ TWINS: dict[str, tuple[str, str | None]] = {
     "llama-draft": ("oracles.twins.draft", "smollm2-135m-instruct"),
     "qwen35-hybrid": ("oracles.twins.hybrid", "smollm2-135m-instruct"),
     "qwen35-vl": ("oracles.twins.qwen35_vl", None),
+    "inkling-mtp": ("oracles.twins.mtp", "smollm2-135m-instruct"),
 }
 
 
