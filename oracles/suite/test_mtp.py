@@ -180,6 +180,7 @@ def test_mtp_draft_logits_port_vs_reference(runs: Runs, verified_snapshot: Any, 
     """The port's first-round depth-0 draft logits against the reference's, float32 bounds
     (:func:`oracles.checks.port.threshold_failures`); both rounds commit the same tokens."""
     ref, port = _both(runs, verified_snapshot, record)
+    assert ref.first_draft is not None and port.first_draft is not None
     assert_ids_equal(port.tokens, ref.tokens, f"{record.id}: mlx-vlm-mtp rounds vs torch rounds")
     fig = held_figures(record.id, ref.first_draft, port.first_draft)
     receipt.update(figures={k: v for k, v in fig.items() if k != "disagreements"},

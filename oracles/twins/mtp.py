@@ -62,7 +62,7 @@ TEXT: dict[str, Any] = {
 VISION: dict[str, Any] = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "patch_size": 4}
 AUDIO: dict[str, Any] = {"n_mel_bins": 8, "mel_vocab_size": 16}
 #: Multimodal special ids inside the shared vocabulary (never in a text record's ids).
-SPECIAL: dict[str, int] = {"image_token_id": 49100, "audio_token_id": 49101, "image_bos_token_id": 49102,
+SPECIAL: dict[str, Any] = {"image_token_id": 49100, "audio_token_id": 49101, "image_bos_token_id": 49102,
                            "audio_bos_token_id": 49103}
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 #: Residual-write projections (checkpoint-independent transformers names) scaled toward the bigram.

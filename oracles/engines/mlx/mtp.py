@@ -71,18 +71,20 @@ class MlxVlmMtp:
         self._mx = mx
         self.root = root
         self.model, _ = load(str(root))
+        self.drafter: Any
         self.drafter, self.kind = load_drafter(str(root))
         self.drafter.reset(self.model)
         self.lm = self.model.language_model
         self.num_layers = len(self.drafter.blocks)
 
     def describe(self) -> dict[str, Any]:
+        from importlib.metadata import version
+
         import mlx.core as mx
-        import mlx_vlm
 
         return {"engine": self.id, "model_class": type(self.model).__name__, "drafter": type(self.drafter).__name__,
-                "draft_kind": self.kind, "mtp_layers": self.num_layers, "mlx": mx.__version__,
-                "mlx_vlm": getattr(mlx_vlm, "__version__", "?"), "device": str(mx.default_device()),
+                "draft_kind": self.kind, "mtp_layers": self.num_layers, "mlx": version("mlx"),
+                "mlx_vlm": version("mlx-vlm"), "mlx_audio": version("mlx-audio"), "device": str(mx.default_device()),
                 "library_patches": [], "import_needs": ["mlx_audio.dsp (mlx-audio 0.6.2, --no-deps)"],
                 "hidden_state": "pre-norm (mlx-vlm's return_hidden)"}
 
