@@ -45,18 +45,24 @@ class LibraryMtpRun:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def load_reference(root: Any, model_class: str) -> TorchMtp:
+def load_reference(root: Any, model_class: str, threads: int = 0) -> TorchMtp:
     """The pin's transformers class (``model_class``, e.g. ``InklingForConditionalGeneration``) from the
-    verified snapshot ``root``, float32 on the CPU, with its MTP head.
+    verified snapshot ``root``, float32 on the CPU (``torch.set_num_threads(threads)`` when > 0), with
+    its MTP head. (``TorchReference`` cannot load this twin: its vision path reads Qwen-VL's
+    ``spatial_merge_size``, which Inkling's vision config has not; a pin it loads gets the same head
+    from ``TorchReference.mtp``.)
 
     Raises:
         AttributeError: transformers has no class of that name (the pin names another library's).
     """
+    import torch
     import transformers
 
     from oracles.engines.base import hub_offline
 
     hub_offline()
+    if threads > 0:
+        torch.set_num_threads(threads)
     model = getattr(transformers, model_class).from_pretrained(root, dtype="float32").eval()
     return TorchMtp(model)
 
