@@ -23,12 +23,14 @@ seed differed in that one tensor, values ~1e-43).
 
 Built to accept drafts. With seeded random weights an MTP layer never agrees with the trunk (measured
 here: 0 of 45 drafts accepted in the written-out rounds and in mlx-vlm, 0 of 23 in transformers).
-The twin is pulled toward a bigram model: every residual write of the trunk and of the MTP block (attention and MLP output projections,
-experts' down projections) is scaled by :data:`RESIDUAL_SCALE`, and the MTP layer's input projection
-passes the next token's normed embedding through (identity on the embedding half, the hidden half
-scaled by :data:`RESIDUAL_SCALE`). The trunk then predicts mostly from the current token and the MTP
-layer from the next one, so a draft is often, not always, the trunk's token (the identity pass does
-most of it; the scale decides how often a draft is still rejected: figures at :data:`RESIDUAL_SCALE`). Untrained: its pin says ``"trained": false``.
+The twin is pulled toward a bigram model: every residual write of the trunk and of the MTP block
+(attention and MLP output projections, experts' down projections) is scaled by
+:data:`RESIDUAL_SCALE`, and the MTP layer's input projection passes the next token's normed
+embedding through (identity on the embedding half, the hidden half scaled by :data:`RESIDUAL_SCALE`).
+The trunk then predicts mostly from the current token and the MTP layer from the next one, so a
+draft is often, not always, the trunk's token (the identity pass does most of it; the scale decides
+how often a draft is still rejected: figures at :data:`RESIDUAL_SCALE`). Untrained: its pin says
+``"trained": false``.
 
 torch and transformers are imported inside :func:`build`, never at module import.
 """
