@@ -172,12 +172,15 @@ def test_mtp_broken_commit_fails(runs: Runs, mtp_head: Any, library: str, record
 def test_library_mtp_equals_greedy(runs: Runs, mtp_head: Any, library: str, record: PromptRecord,
                                    receipt: Receipt) -> None:
     """The library's own MTP generation equals its own greedy generation token for token, with drafts
-    accepted (transformers: fewer trunk forwards than tokens; mlx-vlm: its drafter's accept counts)."""
+    accepted (transformers: derived from its trunk forwards; mlx-vlm: its drafter's accept counts), and
+    that greedy generation equals the greedy decode the written-out rounds are held to."""
     h = mtp_head(library)
     lib = runs(("mtp", library, PIN, record.id, "library"), lambda: h.generate(record.ids, MAX_NEW))
     receipt.update(library=library, tokens=lib.tokens, greedy=lib.greedy, forwards=lib.forwards,
                    accepted=lib.accepted, drafted=lib.drafted, **lib.extra)
     assert_ids_equal(lib.tokens, lib.greedy, f"{record.id}: {library} MTP generation vs its greedy")
+    assert_ids_equal(lib.greedy, greedy(runs, mtp_head, library, record),
+                     f"{record.id}: {library} generate's greedy vs the rounds' greedy decode through the cache")
     assert (lib.accepted or 0) > 0, f"{record.id}: {library}: its MTP generation accepted no draft"
 
 
@@ -249,3 +252,49 @@ def test_mtp_port_refuses_a_misplaced_step(runs: Runs, mtp_head: Any, record: Pr
     cache = port.mtp_cache()
     with pytest.raises(ValueError, match=r"MTP step at position 5, but the history holds 0 pairs"):
         port.draft([1], np.zeros((1, 64), np.float32), 5, cache)
+
+
+#: A fresh interpreter computing the reference's trunk and first MTP draft on the twin without mlx or
+#: mlx-vlm imported, printing the sha256 of both float32 arrays (argv: root, threads, ids as JSON).
+_UNPATCHED = """
+import hashlib, json, sys
+import numpy as np
+from oracles.engines.torch.mtp import load_reference
+root, threads, ids = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
+h = load_reference(root, "InklingForConditionalGeneration", threads)
+logits, hidden = h.trunk(ids, h.trunk_cache())
+cache = h.mtp_cache()
+h.draft(ids[1:], hidden[:-1], 1, cache)
+draft, _ = h.draft([int(np.argmax(logits[-1]))], hidden[-1:], len(ids), cache)
+assert not any(m.startswith(("mlx", "mlx_vlm", "mlx_audio")) for m in sys.modules), "mlx was imported"
+print(hashlib.sha256(logits.tobytes()).hexdigest(), hashlib.sha256(draft.tobytes()).hexdigest())
+"""
+
+
+def test_mtp_reference_unpatched_beside_the_port(runs: Runs, mtp_head: Any, record: PromptRecord,
+                                                pytestconfig: pytest.Config, receipt: Receipt) -> None:
+    """The reference in this process, where mlx-vlm (and mlx_audio, which sets
+    ``TRANSFORMERS_NO_ADVISORY_WARNINGS``) are loaded, computes bit for bit what it computes in a
+    fresh interpreter that never imports them: its trunk logits and first MTP draft on the prompt."""
+    import hashlib
+    import json
+    import subprocess
+    import sys
+
+    import torch
+
+    port = mtp_head("mlx-vlm-mtp")  # the port loaded first, so mlx-vlm is imported here
+    assert "mlx_vlm" in sys.modules and port is not None
+    h = mtp_head("torch")
+    logits, hidden = h.trunk(record.ids, h.trunk_cache())
+    cache = h.mtp_cache()
+    h.draft(list(record.ids[1:]), hidden[:-1], 1, cache)
+    draft, _ = h.draft([int(np.argmax(logits[-1]))], hidden[-1:], len(record.ids), cache)
+    here = [hashlib.sha256(a.tobytes()).hexdigest() for a in (logits, draft)]
+    root = str(h.model.config.name_or_path)
+    out = subprocess.run([sys.executable, "-c", _UNPATCHED, root, str(torch.get_num_threads()),
+                          json.dumps(list(record.ids))], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, f"the fresh reference failed: {out.stderr.strip().splitlines()[-1:]}"
+    fresh = out.stdout.split()
+    receipt.update(in_process=here, fresh_process=fresh, threads=torch.get_num_threads())
+    assert here == fresh, f"{record.id}: reference trunk/draft sha256 here {here} vs a fresh interpreter {fresh}"

@@ -86,6 +86,7 @@ class MlxVlmMtp:
                 "draft_kind": self.kind, "mtp_layers": self.num_layers, "mlx": version("mlx"),
                 "mlx_vlm": version("mlx-vlm"), "mlx_audio": version("mlx-audio"), "device": str(mx.default_device()),
                 "library_patches": [], "import_needs": ["mlx_audio.dsp (mlx-audio 0.6.2, --no-deps)"],
+                "import_side_effects": ["mlx_audio/__init__.py sets TRANSFORMERS_NO_ADVISORY_WARNINGS=1"],
                 "hidden_state": "pre-norm (mlx-vlm's return_hidden)"}
 
     # -- caches ----------------------------------------------------------------------------------
