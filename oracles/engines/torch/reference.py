@@ -370,6 +370,12 @@ class TorchReference(TorchCohort):
             return f"transformers {transformers.__version__} generate(assistant_model=...): {exc}"
         return None
 
+    def mtp(self) -> Any:
+        """This model's MTP head (issue 18 mtp: :class:`oracles.engines.torch.mtp.TorchMtp`)."""
+        from oracles.engines.torch.mtp import TorchMtp
+
+        return TorchMtp(self.model)
+
 
 def _croppable(layer: Any) -> bool:
     """A cache layer's ``is_croppable``: a class attribute on attention layers, a method on linear ones."""
