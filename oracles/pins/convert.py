@@ -38,7 +38,9 @@ BUILT_WITH = {"mlx_lm.convert": ("mlx", "mlx-lm", "transformers", "safetensors",
               "mx.dequantize": ("mlx", "numpy", "safetensors"),
               "transformers.gguf": ("torch", "transformers", "gguf", "safetensors", "tokenizers"),
               # the converter env's own packages are the recipe's; torch and numpy come from this one
-              "litert_torch.generative": ("torch", "numpy", "safetensors", "ai-edge-litert")}
+              "litert_torch.generative": ("torch", "numpy", "safetensors", "ai-edge-litert"),
+              # the plain graph converts the transformers model itself, so transformers' version counts too
+              "litert_torch.convert": ("torch", "transformers", "numpy", "safetensors", "ai-edge-litert")}
 
 
 @contextlib.contextmanager

@@ -12,8 +12,11 @@ environment's python in a subprocess (it has no ``oracles``; the job is a JSON f
 ``generation_config.json`` and tokenizer files beside it (LiteRT has no tokenizer; the engine reads
 the model facts and the tokenizer from them).
 
-The pin's ``recipe`` records the tool, the converter's packages and versions, the options (prefill
-length, KV rows, quantize, logits on prefill), the signatures written, and the one shim the conversion
+Two exports: litert-torch's generative one (the default; prefill/decode signatures over a KV cache) and,
+with ``recipe.arguments.export`` ``"plain"``, ``litert_torch.convert`` of the transformers model on one
+fixed-length batch of ids (:data:`PLAIN_OPTIONS`). The pin's ``recipe`` records the tool, the
+converter's packages and versions, the options (prefill length, KV rows, quantize, logits on prefill;
+or the plain graph's length), the signatures written, and the one shim the conversion
 needs (litert-torch imports ``tensorflow.lite.python.schema_py_generated``; TensorFlow is not its
 dependency: :data:`oracles.pins.litert_script.SHIM`). Two builds with the same versions gave the same
 bytes, so the result is checked by the pinned sha256 like every file.
@@ -42,9 +45,15 @@ CONVERTER_ENV = "litert-torch-0.10.0"
 CONVERTER_PACKAGES = ("litert-torch==0.10.0", "litert-converter==0.5.0", "ai-edge-quantizer==0.10.0",
                       "jax==0.10.2", "jaxlib==0.10.2", "opt_einsum==3.4.0", "torchao==0.18.0", "scipy==1.17.1",
                       "absl-py==2.5.1", "multipledispatch==1.0.0", "immutabledict==4.3.1")
-#: Options a recipe may give (``recipe.arguments``), with the defaults the built-in pins use.
+#: Options a recipe of the generative export may give (``recipe.arguments``), with the defaults the
+#: built-in pins use.
 OPTIONS: dict[str, Any] = {"prefill_len": 64, "kv_cache_max_len": 512, "quantize": "none",
                            "output_logits_on_prefill": True}
+#: The options of a plain graph (``recipe.arguments.export`` is ``"plain"``): the fixed number of positions
+#: ``T`` it runs. 512 serves the records the generative export's 512 KV rows serve.
+PLAIN_OPTIONS: dict[str, Any] = {"export": "plain", "seq_len": 512}
+#: The recipe's tool name of a plain graph.
+PLAIN_TOOL = "litert_torch.convert"
 #: Files copied from the source snapshot beside the .tflite (model facts, tokenizer, chat template).
 COPIED = ("config.json", "generation_config.json", *TOKENIZER_FILES)
 #: The artifact's file name in its snapshot folder.
@@ -97,10 +106,15 @@ def options_of(pin: Pin) -> dict[str, Any]:
         PinError: an option the conversion does not take, naming the pin file and field.
     """
     given = dict((pin.recipe or {}).get("arguments", {}))
-    if bad := sorted(set(given) - set(OPTIONS)):
-        raise PinError(f"{pin.path}: field 'recipe.arguments.{bad[0]}' is not a litert conversion option "
-                       f"({', '.join(OPTIONS)})")
-    return {**OPTIONS, **given}
+    export = given.get("export", "generative")
+    if export not in ("generative", "plain"):
+        raise PinError(f"{pin.path}: field 'recipe.arguments.export' is {export!r}; a litert conversion exports "
+                       "'generative' (prefill/decode over a KV cache) or 'plain' (one fixed-length signature)")
+    allowed = PLAIN_OPTIONS if export == "plain" else {"export": "generative", **OPTIONS}
+    if bad := sorted(set(given) - set(allowed)):
+        raise PinError(f"{pin.path}: field 'recipe.arguments.{bad[0]}' is not a litert {export} conversion option "
+                       f"({', '.join(allowed)})")
+    return {**OPTIONS, **given} if export == "generative" else {**PLAIN_OPTIONS, **given}
 
 
 def litert_builder(pin: Pin, source: Path, write_pin: bool) -> Callable[[Path], str]:
@@ -150,7 +164,9 @@ def recipe_fields(recipe: dict[str, Any], root: Path) -> dict[str, Any]:
     from oracles.pins.litert_script import SHIM
 
     result = json.loads((root / "conversion.json").read_text())
-    options = {**OPTIONS, **dict(recipe.get("arguments", {}))}
-    return {**recipe, "tool": TOOL, "version": CONVERTER_PACKAGES[0].split("==")[1],
+    given = dict(recipe.get("arguments", {}))
+    plain = given.get("export") == "plain"
+    options = {**(PLAIN_OPTIONS if plain else OPTIONS), **given}
+    return {**recipe, "tool": PLAIN_TOOL if plain else TOOL, "version": CONVERTER_PACKAGES[0].split("==")[1],
             "packages": list(CONVERTER_PACKAGES), "arguments": options, "signatures": result["signatures"],
             "shim": {alias: f"sys.modules alias of {real}" for alias, real in SHIM.items()}}

@@ -8,11 +8,14 @@ no ``oracles``), so it imports only the standard library at module level and lit
      "options": {"prefill_len": 64, "kv_cache_max_len": 512, "quantize": "none",
                  "output_logits_on_prefill": true}}
 
-It builds litert-torch's Edge Generative decoder (``model_builder.DecoderOnlyModel``) from the
-snapshot's Llama ``config.json`` at its own sizes, loads the snapshot's safetensors with the builder's
-own loader, and writes ``FOLDER/FILE`` with the signatures ``prefill_<prefill_len>`` and ``decode``
-over an external KV cache of ``kv_cache_max_len`` rows. On success it prints one JSON line with the
-signatures it wrote; any error exits non-zero with the converter's traceback on stderr.
+The generative export (the default) builds litert-torch's Edge Generative decoder
+(``model_builder.DecoderOnlyModel``) from the snapshot's Llama ``config.json`` at its own sizes, loads
+the snapshot's safetensors with the builder's own loader, and writes ``FOLDER/FILE`` with the
+signatures ``prefill_<prefill_len>`` and ``decode`` over an external KV cache of ``kv_cache_max_len``
+rows. With ``"options": {"export": "plain", "seq_len": T}`` it converts the transformers model itself
+with ``litert_torch.convert`` on one ``[1, T]`` batch of ids instead (:func:`convert_plain`). On success
+it prints one JSON line with the signatures it wrote; any error exits non-zero with the converter's
+traceback on stderr.
 
 The shim: litert-torch 0.10.0's ``generative/layers/lora.py`` imports
 ``tensorflow.lite.python.schema_py_generated``, but TensorFlow is not among its dependencies; the same
@@ -113,6 +116,8 @@ def convert(job: dict[str, Any]) -> dict[str, Any]:
         ValueError: as :func:`llama_config`; whatever litert-torch raises.
     """
     install_shim()
+    if job["options"].get("export") == "plain":
+        return convert_plain(job)
     import torch
     from litert_torch.generative.utilities import converter, export_config, model_builder
 
@@ -138,6 +143,63 @@ def convert(job: dict[str, Any]) -> dict[str, Any]:
     return {"file": job["file"], "signatures": signatures,
             "model_config": {k: config_field(config, k) for k in ("vocab_size", "num_layers", "embedding_dim",
                                                                   "max_seq_len")}}
+
+
+def plain_module(model: Any) -> Any:
+    """``model`` (a transformers causal LM) as the module a plain graph is converted from: ids
+    ``input_ids`` int64 ``[1, T]`` in; ``{"logits": [1, T, V], "hidden": [1, T, D]}`` float32 out, where
+    ``hidden`` is the decoder's ``last_hidden_state`` (the final norm's output) and ``logits`` the output
+    embedding applied to it, as the model's own forward computes them (:func:`convert_plain` checks that
+    bit for bit before converting)."""
+    import torch
+
+    class Plain(torch.nn.Module):
+        def __init__(self, inner: Any) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids: Any) -> dict[str, Any]:
+            hidden = self.inner.get_decoder()(input_ids=input_ids, use_cache=False).last_hidden_state
+            return {"logits": self.inner.get_output_embeddings()(hidden), "hidden": hidden}
+
+    return Plain(model).eval()
+
+
+def convert_plain(job: dict[str, Any]) -> dict[str, Any]:
+    """Convert the transformers model of ``job["source"]`` with ``litert_torch.convert`` on a ``[1, T]``
+    batch of ids (``T = job["options"]["seq_len"]``) into ``job["out"] / job["file"]``: one signature,
+    input ``input_ids`` int32 ``[1, T]``, outputs ``logits`` and ``hidden`` (:func:`plain_module`).
+
+    Raises:
+        ValueError: the wrapper's logits differ from the model's own forward on a seeded batch (a model
+            whose head is more than its output embedding, a soft cap say), naming the max difference.
+    """
+    import torch
+    from litert_torch import convert as litert_convert
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    source, out, t = Path(job["source"]), Path(job["out"]), int(job["options"]["seq_len"])
+    model = AutoModelForCausalLM.from_pretrained(str(source), dtype=torch.float32).eval()
+    module = plain_module(model)
+    ids = torch.randint(0, int(model.config.vocab_size), (1, t), generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        wrapped, own = module(ids)["logits"], model(input_ids=ids, use_cache=False).logits
+    if not torch.equal(wrapped, own):
+        raise ValueError(f"{source}: the plain wrapper's logits differ from the model's own forward by up to "
+                         f"{float((wrapped - own).abs().max())}; its head is more than get_output_embeddings()")
+    with _tempdir(out) as tmp:
+        litert_convert(module, sample_kwargs={"input_ids": torch.zeros((1, t), dtype=torch.int64)}).export(
+            str(tmp / job["file"]))
+        (tmp / job["file"]).replace(out / job["file"])
+    from ai_edge_litert import interpreter
+
+    runner = interpreter.Interpreter(model_path=str(out / job["file"]))
+    signatures = {name: {"inputs": sorted(spec["inputs"]), "outputs": sorted(spec["outputs"])}
+                  for name, spec in runner.get_signature_list().items()}
+    return {"file": job["file"], "signatures": signatures,
+            "model_config": {"seq_len": t, "vocab_size": int(model.config.vocab_size),
+                             "hidden_size": int(model.config.hidden_size)}}
 
 
 def config_field(config: Any, name: str) -> Any:

@@ -319,7 +319,7 @@ _PIN_NAME = r"[A-Za-z0-9][A-Za-z0-9._-]*"
 #: The tool each conversion source kind is made by, as its ``recipe.tool`` names it.
 RECIPE_TOOLS = {"mlx-convert": ("mlx_lm.convert",), "dequantize": ("mx.dequantize", "transformers.gguf"),
                 "gguf-convert": ("convert_hf_to_gguf.py",),
-                "litert-convert": ("litert_torch.generative",)}
+                "litert-convert": ("litert_torch.generative", "litert_torch.convert")}
 
 
 def derived_fields(obj: dict[str, Any], path: Path, derived: str | None, from_pin: str | None) -> dict[str, Any]:

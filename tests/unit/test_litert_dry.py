@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from oracles.engines import BUILTIN, Registry
-from oracles.engines.litert.artifact import Details, Layout, check_model, read_layout
+from oracles.engines.litert.artifact import Details, Layout, PlainLayout, check_model, read_layout
 from oracles.engines.litert.engine import LiteRtPort, tflite_of
 from oracles.errors import PinError
-from oracles.pins.litert import CONVERTER_PACKAGES, OPTIONS, options_of
+from oracles.pins.litert import CONVERTER_PACKAGES, OPTIONS, PLAIN_OPTIONS, options_of
 from oracles.pins.pin import load_pin
 
 pytestmark = pytest.mark.dry
@@ -67,10 +67,40 @@ def test_layout_of_the_generative_export() -> None:
     assert read_layout(FILE, details(decode=False)).decode is None
 
 
-def test_a_tflite_without_a_prefill_signature_is_one_line() -> None:
-    with pytest.raises(PinError, match=r"^/snap/model.tflite: field 'signatures' has no prefill_<T> signature "
-                                       r"\(found \['serving_default'\]\)"):
+def plain(t: int = 512, outputs: tuple[str, ...] = ("logits", "hidden")) -> Details:
+    """Signature details shaped as litert_torch.convert writes a plain graph's (one signature)."""
+    shapes = {"logits": ((1, t, 49152), "float32"), "hidden": ((1, t, 64), "float32")}
+    return {"serving_default": {"inputs": {"input_ids": ((1, t), "int32")},
+                                "outputs": {name: shapes.get(name, ((1, t, 64), "float32")) for name in outputs}}}
+
+
+def test_layout_of_a_plain_graph() -> None:
+    layout = read_layout(FILE, plain())
+    assert layout == PlainLayout("serving_default", "input_ids", 512, 49152, 64)
+    assert layout.decode is None
+    check_model(FILE, layout, {**CONFIG, "num_hidden_layers": 7}, 49152)  # a plain graph has no KV layers to count
+
+
+def test_a_tflite_neither_generative_nor_plain_is_one_line() -> None:
+    with pytest.raises(PinError, match=r"^/snap/model.tflite: field 'signatures' has no prefill_<T> signature and 2 "
+                                       r"signatures \(found \['decode', 'serving_default'\]\); .* or a plain graph"):
+        read_layout(FILE, {**plain(), "decode": details()["decode"]})
+    with pytest.raises(PinError, match=r"^/snap/model.tflite: field 'signatures.serving_default.inputs' is "
+                                       r"\['input_pos', 'kv_cache_k_0', .*\]; a plain graph takes one int32 \[1, T\]"):
         read_layout(FILE, {"serving_default": details()["prefill_64"]})
+
+
+def test_a_plain_graph_without_hidden_or_logits_is_one_line() -> None:
+    with pytest.raises(PinError, match=r"field 'signatures.serving_default.outputs.hidden' is None; the engine contract "
+                                       r"returns the final norm's hidden state float32 \[1, 512, D\] .*export 'plain'"):
+        read_layout(FILE, plain(outputs=("logits",)))
+    with pytest.raises(PinError, match=r"field 'signatures.serving_default.outputs.logits' is None; .*"
+                                       r"\(found outputs \['output_0', 'output_1'\]\)"):
+        read_layout(FILE, plain(outputs=("output_0", "output_1")))
+    bad = plain()
+    bad["serving_default"]["inputs"]["input_ids"] = ((1, 512), "float32")
+    with pytest.raises(PinError, match=r"inputs.input_ids' is float32 \[1, 512\]; expected int32 \[1, T\]$"):
+        read_layout(FILE, bad)
 
 
 def test_a_prefill_without_logits_is_one_line() -> None:
@@ -130,10 +160,29 @@ def test_the_twin_pin_records_its_recipe() -> None:
     assert options_of(pin) == OPTIONS
 
 
+def test_the_plain_pin_records_its_recipe() -> None:
+    pin = load_pin("smollm2-draft-twin-litert-plain")
+    recipe = pin.recipe or {}
+    assert (recipe["tool"], recipe["arguments"], options_of(pin)) == ("litert_torch.convert", PLAIN_OPTIONS, PLAIN_OPTIONS)
+    assert recipe["signatures"] == {"serving_default": {"inputs": ["input_ids"], "outputs": ["hidden", "logits"]}}
+    assert recipe["packages"] == list(CONVERTER_PACKAGES) and pin.reference == "smollm2-draft-twin"
+
+
+@pytest.mark.parametrize(("arguments", "field"), [({"export": "plain", "prefill_len": 64}, "prefill_len"),
+                                                  ({"export": "onnx"}, "export"), ({"seq_len": 64}, "seq_len")])
+def test_an_option_of_the_other_export_is_one_line(tmp_path: Path, arguments: dict[str, object], field: str) -> None:
+    obj = json.loads(load_pin("smollm2-draft-twin-litert-plain").path.read_text())
+    obj["recipe"]["arguments"] = arguments
+    path = tmp_path / "smollm2-draft-twin-litert-plain.json"
+    path.write_text(json.dumps(obj))
+    with pytest.raises(PinError, match=rf"^{path}: field 'recipe.arguments.{field}' is "):
+        options_of(load_pin(path))
+
+
 def test_an_unknown_conversion_option_is_one_line(tmp_path: Path) -> None:
     obj = json.loads(load_pin("smollm2-draft-twin-litert").path.read_text())
     obj["recipe"]["arguments"]["prefil_len"] = 32
     path = tmp_path / "smollm2-draft-twin-litert.json"
     path.write_text(json.dumps(obj))
-    with pytest.raises(PinError, match=r"field 'recipe.arguments.prefil_len' is not a litert conversion option"):
+    with pytest.raises(PinError, match=r"field 'recipe.arguments.prefil_len' is not a litert generative conversion option"):
         options_of(load_pin(path))

@@ -114,3 +114,60 @@ def test_a_prompt_past_the_kv_rows_is_refused(engines: tuple[Engine, Engine]) ->
         port.generate(prompt(500), Sampler(), 16)
     with pytest.raises(NotImplementedError, match=r"cannot sample"):
         port.generate(prompt(4), Sampler(temperature=0.7), 4)
+
+
+PLAIN = "smollm2-draft-twin-litert-plain"
+
+
+@pytest.fixture(scope="module")
+def plain(verified_snapshot: Callable[[str], Path], engines: tuple[Engine, Engine]) -> tuple[Engine, Engine]:
+    """The plain graph (one 512-id signature, no cache) and the reference it is held against."""
+    from oracles.engines.litert.engine import LiteRtPort
+
+    return LiteRtPort(verified_snapshot(PLAIN), load_pin(PLAIN), threads=1), engines[1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n", [1, 300, 512])
+def test_a_plain_graph_matches_the_reference(plain: tuple[Engine, Engine], n: int) -> None:
+    """One cold forward of 1, 300 and all 512 positions: every row within the float32 bounds, the hidden
+    state too, and ``keep`` the last rows of the same call."""
+    port, ref = plain
+    ids = prompt(n, seed=n)
+    a, b = port.forward(ids), ref.forward(ids)
+    held(a.logits, b.logits)
+    assert np.abs(a.hidden - b.hidden).max() <= FLOAT32.max_abs_logit
+    assert port.forward(ids, keep=1).logits.tobytes() == a.logits[-1:].tobytes()
+    assert port.describe()["graph"] == "plain" and port.describe()["seq_len"] == 512
+
+
+@pytest.mark.slow
+def test_a_plain_graphs_padding_is_harmless(plain: tuple[Engine, Engine]) -> None:
+    """The valid rows do not depend on the ids that pad the call to 512 (0 or 7), bit for bit, and
+    differ where the pad is inside the rows read (the positive control: the first row past the prompt)."""
+    port = plain[0]
+    ids = prompt(40, seed=4)
+    a = port._forward_plain(ids, None, 0, pad=0)  # type: ignore[attr-defined]
+    b = port._forward_plain(ids, None, 0, pad=7)  # type: ignore[attr-defined]
+    assert a.logits.tobytes() == b.logits.tobytes() and a.hidden.tobytes() == b.hidden.tobytes()
+    c = port._forward_plain(ids + [0], None, 0)  # type: ignore[attr-defined]
+    d = port._forward_plain(ids + [7], None, 0)  # type: ignore[attr-defined]
+    assert c.logits[40].tobytes() != d.logits[40].tobytes()
+
+
+@pytest.mark.slow
+def test_a_plain_graph_refuses_what_needs_a_cache(plain: tuple[Engine, Engine]) -> None:
+    """No cache: make_cache, a continuation and generation are Unsupported naming the graph; a prompt
+    past its 512 positions is refused naming the context."""
+    from oracles.engines.base import Unsupported
+
+    port = plain[0]
+    with pytest.raises(Unsupported, match=r"cannot keep a KV cache \(make_cache\): model.tflite is a plain graph: "
+                                          r"signature 'serving_default' takes 512 ids and no cache"):
+        port.make_cache()
+    with pytest.raises(Unsupported, match=r"plain graph"):
+        port.forward(prompt(3), cache=object())
+    with pytest.raises(Unsupported, match=r"cannot generate: .*field 'signatures' has no 'decode' signature"):
+        port.generate(prompt(3), Sampler(), 4)
+    with pytest.raises(ValueError, match=r"0 cached \+ 513 new tokens exceed the context of 512"):
+        port.forward(prompt(513))

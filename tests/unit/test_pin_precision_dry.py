@@ -273,6 +273,7 @@ TABLE = {
     "smollm2-gguf-q4_1": (Precision("Q4_1", "q8_1", gguf_type="Q4_1"), "smollm2-135m-instruct", None),
     "smollm2-gguf-f32": (Precision("float32", "float32", gguf_type="ALL_F32"), "smollm2-135m-instruct", "smollm2-135m-instruct"),
     "smollm2-draft-twin-litert": (Precision("float32", "float32"), "smollm2-draft-twin", "smollm2-draft-twin"),
+    "smollm2-draft-twin-litert-plain": (Precision("float32", "float32"), "smollm2-draft-twin", "smollm2-draft-twin"),
 }
 
 

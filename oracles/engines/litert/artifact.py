@@ -2,12 +2,21 @@
 
 :func:`read_layout` takes the signature details as plain data (``{signature: {"inputs" | "outputs":
 {tensor: (shape, dtype name)}}}``, what :func:`signature_details` reads from an interpreter), so the
-checks of a bad artifact are tested without ai-edge-litert. The layout this adapter serves is
-litert-torch's generative export (:mod:`oracles.pins.litert_script`): a ``prefill_<T>`` signature and
-a ``decode`` signature, each with inputs ``tokens`` int32 ``[1, T]`` (``[1, 1]``), ``input_pos``
-int32 ``[T]`` (``[1]``) and one ``kv_cache_k_<i>`` / ``kv_cache_v_<i>`` float32 ``[1, R, H, Dh]``
-per layer (``R`` KV rows), and outputs ``logits`` float32 ``[1, T, V]``, ``hidden`` float32
-``[1, T, D]`` and the updated caches.
+checks of a bad artifact are tested without ai-edge-litert. This adapter serves two layouts, both made
+by :mod:`oracles.pins.litert_script`:
+
+* litert-torch's *generative* export (:class:`Layout`): a ``prefill_<T>`` signature and a ``decode``
+  signature, each with inputs ``tokens`` int32 ``[1, T]`` (``[1, 1]``), ``input_pos`` int32 ``[T]``
+  (``[1]``) and one ``kv_cache_k_<i>`` / ``kv_cache_v_<i>`` float32 ``[1, R, H, Dh]`` per layer (``R``
+  KV rows), and outputs ``logits`` float32 ``[1, T, V]``, ``hidden`` float32 ``[1, T, D]`` and the
+  updated caches;
+* a *plain* graph (:class:`PlainLayout`), what ``litert_torch.convert`` makes of a model called on one
+  fixed-length batch of ids: one signature, one input int32 ``[1, T]`` (the token ids), outputs
+  ``logits`` float32 ``[1, T, V]`` and ``hidden`` float32 ``[1, T, D]``; no cache.
+
+Either way the ``hidden`` output is required: the engine contract's ``Step.hidden`` is the final norm's
+output the head reads, and a graph that does not output it cannot be held to it (a graph exported with
+logits only is refused in one line saying how to convert one that does).
 """
 
 from __future__ import annotations
@@ -53,6 +62,23 @@ class Layout:
         return len(self.kv_names) // 2
 
 
+@dataclass(frozen=True)
+class PlainLayout:
+    """The one signature of a plain ``.tflite``.
+
+    signature: its name (``serving_default`` as litert-torch writes it); input: its one input tensor's
+    name (``input_ids`` in the built-in conversions); seq_len: ``T``, the fixed number of positions a call
+    runs; vocab: ``V``; hidden: ``D``. ``decode`` is None: a plain graph has no cache to continue.
+    """
+
+    signature: str
+    input: str
+    seq_len: int
+    vocab: int
+    hidden: int
+    decode: None = None
+
+
 def signature_details(interpreter: Any) -> Details:
     """The signature details of an ``ai_edge_litert.interpreter.Interpreter`` as plain data."""
     out: Details = {}
@@ -64,18 +90,19 @@ def signature_details(interpreter: Any) -> Details:
     return out
 
 
-def read_layout(path: Path, details: Details) -> Layout:
-    """The :class:`Layout` of the ``.tflite`` at ``path`` from its signature ``details``.
+def read_layout(path: Path, details: Details) -> Layout | PlainLayout:
+    """The layout of the ``.tflite`` at ``path`` from its signature ``details``: the generative export's
+    (:class:`Layout`) where a ``prefill_<T>`` signature is present, else a plain graph's (:func:`read_plain`).
 
     Raises:
-        PinError: no ``prefill_<T>`` signature, a signature without ``tokens`` / ``input_pos`` /
-            ``logits`` / the cache tensors, or shapes that disagree between signatures; one line naming
-            the file and the field (``signatures.<name>.<inputs|outputs>.<tensor>``).
+        PinError: neither layout: a generative signature without ``tokens`` / ``input_pos`` / ``logits``
+            / the cache tensors, shapes that disagree between signatures, or (no ``prefill_<T>``) what
+            :func:`read_plain` refuses; one line naming the file and the field
+            (``signatures.<name>.<inputs|outputs>.<tensor>``).
     """
     prefills = sorted(n for n in details if PREFILL.fullmatch(n))
     if not prefills:
-        raise PinError(f"{path}: field 'signatures' has no prefill_<T> signature (found {sorted(details)}); this engine "
-                       "serves litert-torch's generative export (prefill and decode over a KV cache)")
+        return read_plain(path, details)
     prefill = prefills[0]
     kv_names = _kv_names(path, prefill, details[prefill]["inputs"])
     kv_shape = details[prefill]["inputs"][kv_names[0]][0]
@@ -88,6 +115,41 @@ def read_layout(path: Path, details: Details) -> Layout:
     if decode is not None:
         _check(path, decode, details[decode], 1, kv_names, kv_shape, vocab, hidden)
     return Layout(prefill, t, decode, kv_names, kv_shape, vocab, hidden)
+
+
+def read_plain(path: Path, details: Details) -> PlainLayout:
+    """The :class:`PlainLayout` of a ``.tflite`` with one signature and no cache.
+
+    Raises:
+        PinError: more or fewer than one signature, more than one input or one that is not int32
+            ``[1, T]``, or ``logits`` / ``hidden`` missing or shaped other than ``[1, T, V]`` /
+            ``[1, T, D]`` float32; one line naming the file and the field.
+    """
+    if len(details) != 1:
+        raise PinError(f"{path}: field 'signatures' has no prefill_<T> signature and {len(details)} signatures "
+                       f"(found {sorted(details)}); this engine serves litert-torch's generative export (prefill_<T> "
+                       "and decode over a KV cache) or a plain graph (one signature: ids in, logits and hidden out)")
+    (name, sig), = details.items()
+    inputs = sig["inputs"]
+    if len(inputs) != 1:
+        raise PinError(f"{path}: field 'signatures.{name}.inputs' is {sorted(inputs)}; a plain graph takes one int32 "
+                       "[1, T] tensor of token ids (a generative export names its prefill signature prefill_<T>)")
+    (tensor, (shape, dtype)), = inputs.items()
+    if len(shape) != 2 or shape[0] != 1 or dtype != "int32":
+        raise PinError(f"{path}: field 'signatures.{name}.inputs.{tensor}' is {dtype} {list(shape)}; expected int32 [1, T]")
+    t = int(shape[1])
+    logits = sig["outputs"].get("logits")
+    if logits is None or len(logits[0]) != 3:
+        raise PinError(f"{path}: field 'signatures.{name}.outputs.logits' is {logits!r}; expected float32 [1, {t}, V] "
+                       f"(found outputs {sorted(sig['outputs'])})")
+    _expect(path, f"signatures.{name}.outputs.logits", logits, (1, t, logits[0][2]), "float32")
+    hidden = sig["outputs"].get("hidden")
+    if hidden is None or len(hidden[0]) != 3:
+        raise PinError(f"{path}: field 'signatures.{name}.outputs.hidden' is {hidden!r}; the engine contract returns the "
+                       f"final norm's hidden state float32 [1, {t}, D] (convert with a litert-convert pin, "
+                       "recipe.arguments.export 'plain', which outputs it)")
+    _expect(path, f"signatures.{name}.outputs.hidden", hidden, (1, t, hidden[0][2]), "float32")
+    return PlainLayout(name, tensor, t, int(logits[0][2]), int(hidden[0][2]))
 
 
 def _kv_names(path: Path, signature: str, inputs: dict[str, tuple[tuple[int, ...], str]]) -> tuple[str, ...]:
@@ -131,23 +193,26 @@ def _expect(path: Path, field: str, got: tuple[tuple[int, ...], str] | None, sha
         raise PinError(f"{path}: field '{field}' is {got[1]} {list(got[0])}; expected {dtype} {list(shape)}")
 
 
-def check_model(path: Path, layout: Layout, config: dict[str, Any], tokenizer_size: int) -> None:
+def check_model(path: Path, layout: Layout | PlainLayout, config: dict[str, Any], tokenizer_size: int) -> None:
     """Hold the artifact's sizes to the pin's ``config.json`` and tokenizer.
 
     Raises:
         PinError: the logits' width differs from ``vocab_size`` or is narrower than the tokenizer
-            (``tokenizer_size`` ids), the hidden width from ``hidden_size``, or the cache's layers from
-            ``num_hidden_layers``; one line naming the file, the field and both values.
+            (``tokenizer_size`` ids), the hidden width from ``hidden_size``, or (a generative export)
+            the cache's layers from ``num_hidden_layers``; one line naming the file, the field and both values.
     """
     config_path = path.with_name("config.json")
-    width = f"{path}: field 'signatures.{layout.prefill}.outputs.logits' width {layout.vocab}"
+    signature = layout.signature if isinstance(layout, PlainLayout) else layout.prefill
+    width = f"{path}: field 'signatures.{signature}.outputs.logits' width {layout.vocab}"
     if layout.vocab != int(config.get("vocab_size", -1)):
         raise PinError(f"{width} differs from {config_path} vocab_size {config.get('vocab_size')}")
     if layout.vocab < tokenizer_size:
         raise PinError(f"{width} is narrower than the pin's tokenizer ({tokenizer_size} ids)")
     if layout.hidden is not None and layout.hidden != int(config.get("hidden_size", -1)):
-        raise PinError(f"{path}: field 'signatures.{layout.prefill}.outputs.hidden' width {layout.hidden} differs from "
+        raise PinError(f"{path}: field 'signatures.{signature}.outputs.hidden' width {layout.hidden} differs from "
                        f"{config_path} hidden_size {config.get('hidden_size')}")
+    if isinstance(layout, PlainLayout):
+        return
     if layout.num_layers != int(config.get("num_hidden_layers", -1)):
         raise PinError(f"{path}: field 'signatures.{layout.prefill}.inputs' has {layout.num_layers} KV layers but "
                        f"{config_path} num_hidden_layers is {config.get('num_hidden_layers')}")

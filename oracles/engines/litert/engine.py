@@ -1,14 +1,19 @@
 """The LiteRT port: a pin's ``.tflite`` run by ai-edge-litert's interpreter (XNNPACK on the CPU).
 
-The artifact is litert-torch's generative export (:mod:`oracles.engines.litert.artifact` says its
-signatures): a forward runs the ``prefill_<T>`` signature on chunks of ``T`` tokens, each padded to
-``T`` when shorter, and single tokens through ``decode``; the KV cache is the signatures' own external
-cache buffers, held here as numpy arrays with the number of valid rows (:class:`LiteRtCache`).
+The artifact is litert-torch's generative export or a plain graph (:mod:`oracles.engines.litert.artifact`
+says their signatures). On the generative export a forward runs the ``prefill_<T>`` signature on chunks
+of ``T`` tokens, each padded to ``T`` when shorter, and single tokens through ``decode``; the KV cache
+is the signatures' own external cache buffers, held here as numpy arrays with the number of valid rows
+(:class:`LiteRtCache`). A plain graph serves a cold forward of up to its ``T`` positions (padded the
+same way) and nothing that needs a cache: :meth:`LiteRtPort.make_cache` raises Unsupported, so cache
+continuation, the d1 tree path, generation and the cohort skip naming it, while prefill records and the
+d1 row path run.
 
 Why the padding is harmless: the exported prefill writes its ``T`` rows into the cache at
 ``input_pos[0]`` onwards and masks each row causally by its position, so a valid row never reads a pad
 row, and the pad rows it writes (past the valid length) are overwritten by the next forward before
-any valid row can read them. The slow tests hold it: the valid rows match the reference and are
+any valid row can read them. A plain graph is the causal model itself on ``T`` ids, so its pad rows
+come after every valid row and no valid row reads them. The slow tests hold it: the valid rows match the reference and are
 bitwise the same under two different pad tokens. A prefill chunk is run only where all its ``T`` rows
 fit the cache (the exported ``dynamic_update_slice`` would clamp its start otherwise); the tokens
 past that point go through ``decode`` one by one.
@@ -33,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from oracles.engines.base import ContextTooShort, Engine, Generation, Prompt, Sampler, Step, check_forward_length, hub_offline
-from oracles.engines.litert.artifact import check_model, read_layout, signature_details
+from oracles.engines.litert.artifact import Layout, PlainLayout, check_model, read_layout, signature_details
 from oracles.errors import PinError
 
 if TYPE_CHECKING:
@@ -94,32 +99,37 @@ class LiteRtPort(Engine):
             raise PinError(f"{pin.path}: field 'files' lists no .tflite file")
         self.path = self.root / name
         self.interpreter = load_interpreter(self.path, threads)
-        self.layout = read_layout(self.path, signature_details(self.interpreter))
-        if self.layout.hidden is None:
-            raise PinError(f"{self.path}: field 'signatures.{self.layout.prefill}.outputs.hidden' is missing; the "
+        self.layout = layout = read_layout(self.path, signature_details(self.interpreter))
+        if layout.hidden is None:
+            raise PinError(f"{self.path}: field 'signatures.{getattr(layout, 'prefill', '')}.outputs.hidden' is missing; the "
                            "engine contract returns the final norm's hidden state (convert with oracles.pins.litert)")
         config = json.loads((self.root / "config.json").read_text(encoding="utf-8"))
         self.tokenizer = AutoTokenizer.from_pretrained(self.root)
-        check_model(self.path, self.layout, config, len(self.tokenizer))
-        self.vocab_size, self.hidden_size = self.layout.vocab, int(self.layout.hidden)
-        self.num_layers = self.layout.num_layers
+        check_model(self.path, layout, config, len(self.tokenizer))
+        self.vocab_size, self.hidden_size = layout.vocab, int(layout.hidden)
+        names: tuple[str | None, ...]
+        if isinstance(layout, PlainLayout):
+            self.num_layers, rows, names = int(config.get("num_hidden_layers", 0)), layout.seq_len, (layout.signature,)
+        else:
+            self.num_layers, rows, names = layout.num_layers, layout.kv_rows, (layout.prefill, layout.decode)
         positions = int(config.get("max_position_embeddings", 0) or 0)
-        self.max_context = min(self.layout.kv_rows, positions) if positions else self.layout.kv_rows
+        self.max_context = min(rows, positions) if positions else rows
         self.eos_token_ids = frozenset(_eos_ids(self.root, config))
-        self._runners = {n: self.interpreter.get_signature_runner(n)
-                         for n in (self.layout.prefill, self.layout.decode) if n is not None}
+        self._runners = {n: self.interpreter.get_signature_runner(n) for n in names if n is not None}
 
     def describe(self) -> dict[str, Any]:
         """Runtime, version, threads, delegate, file, signatures with their shapes, KV rows, and the
         converter's recipe from the pin (tool, version, arguments, the import shim)."""
         layout, recipe = self.layout, dict(self.pin_file.recipe or {})
+        graph: dict[str, Any] = ({"graph": "plain", "seq_len": layout.seq_len, "kv_cache": None}
+                                 if isinstance(layout, PlainLayout) else
+                                 {"graph": "generative", "prefill_len": layout.prefill_len, "kv_rows": layout.kv_rows,
+                                  "kv_cache_dtype": "float32"})
         return {**super().describe(), "runtime": "ai-edge-litert", "ai_edge_litert": _version("ai-edge-litert"),
                 "dtype": "float32", "device": "cpu", "threads": self.threads or None,
                 "op_resolver": "AUTO (builtin ops, default XNNPACK delegate)", "xnnpack": True,
                 "file": self.path.name, "sha256": self.pin_file.files[self.path.name].sha256,
-                "signatures": {n: self._shapes(n) for n in self._runners},
-                "prefill_len": layout.prefill_len, "kv_rows": layout.kv_rows, "kv_cache_dtype": "float32",
-                "context": self.max_context,
+                "signatures": {n: self._shapes(n) for n in self._runners}, **graph, "context": self.max_context,
                 "converter": {k: recipe.get(k) for k in ("tool", "version", "arguments", "shim") if k in recipe}}
 
     def _shapes(self, name: str) -> dict[str, dict[str, list[int]]]:
@@ -129,8 +139,20 @@ class LiteRtPort(Engine):
 
     # -- cache --------------------------------------------------------------------------------
     def make_cache(self) -> LiteRtCache:
-        """An empty cache: zeroed buffers of the signatures' shape ``[1, R, H, Dh]``."""
-        return LiteRtCache({n: np.zeros(self.layout.kv_shape, np.float32) for n in self.layout.kv_names})
+        """An empty cache: zeroed buffers of the signatures' shape ``[1, R, H, Dh]``.
+
+        Raises:
+            Unsupported: a plain graph (it has no cache inputs to continue from).
+        """
+        layout = self._generative()
+        return LiteRtCache({n: np.zeros(layout.kv_shape, np.float32) for n in layout.kv_names})
+
+    def _generative(self) -> Layout:
+        """The generative export's layout; a plain graph raises Unsupported (it has no cache)."""
+        if isinstance(self.layout, PlainLayout):
+            raise self._unsupported("keep a KV cache (make_cache)", f"{self.path.name} is a plain graph: signature "
+                                    f"{self.layout.signature!r} takes {self.layout.seq_len} ids and no cache")
+        return self.layout
 
     def cache_length(self, cache: Any) -> int:
         return 0 if cache is None else int(cache.length)
@@ -161,7 +183,7 @@ class LiteRtPort(Engine):
 
     def cache_capacity(self, cache: Any) -> int:
         """``R``, the KV rows the artifact was exported with (fixed: the buffers never grow)."""
-        return self.layout.kv_rows
+        return self._generative().kv_rows
 
     def resident_bytes(self, obj: Any) -> int:
         return int(sum(a.nbytes for a in obj.buffers.values()))
@@ -181,6 +203,8 @@ class LiteRtPort(Engine):
             raise self._unsupported("return the residual stream of each layer (layers=True)",
                                     f"{self.path.name} outputs the logits and the final norm's hidden state only")
         ids = self.text_ids(prompt)
+        if isinstance(self.layout, PlainLayout):
+            return self._forward_plain(ids, cache, keep)
         cache = self.make_cache() if cache is None else cache
         check_forward_length(self, cache.length, len(ids))
         logits, hidden = [], []
@@ -196,11 +220,26 @@ class LiteRtPort(Engine):
             lg, hd = lg[-keep:], hd[-keep:]
         return Step(logits=np.ascontiguousarray(lg, np.float32), hidden=np.ascontiguousarray(hd, np.float32))
 
+    def _forward_plain(self, ids: list[int], cache: Any | None, keep: int, pad: int = 0) -> Step:
+        """A cold forward of the plain graph: ``ids`` padded with ``pad`` to its ``T`` positions, the valid rows kept."""
+        if cache is not None:
+            self.make_cache()  # raises Unsupported naming the plain graph
+        check_forward_length(self, 0, len(ids))
+        layout = self.layout
+        assert isinstance(layout, PlainLayout)
+        tokens = np.full((1, layout.seq_len), pad, np.int32)
+        tokens[0, : len(ids)] = ids
+        out = self._runners[layout.signature](**{layout.input: tokens})
+        lg, hd = out["logits"][0, : len(ids)], out["hidden"][0, : len(ids)]
+        if keep:
+            lg, hd = lg[-keep:], hd[-keep:]
+        return Step(logits=np.ascontiguousarray(lg, np.float32), hidden=np.ascontiguousarray(hd, np.float32))
+
     def _chunk(self, start: int, left: int) -> int:
         """Tokens the next signature call takes: a prefill chunk (up to ``T``) where all ``T`` of its
         rows fit the cache from ``start`` and more than one token is left (or there is no decode),
         else one decode token."""
-        layout = self.layout
+        layout = self._generative()
         if start + layout.prefill_len <= layout.kv_rows and (left > 1 or layout.decode is None):
             return min(left, layout.prefill_len)
         if layout.decode is None:
@@ -211,13 +250,14 @@ class LiteRtPort(Engine):
     def _run(self, ids: list[int], cache: LiteRtCache, pad: int = 0) -> dict[str, np.ndarray]:
         """One signature call on ``ids`` at positions ``cache.length`` onwards (padded with ``pad`` ids to
         the prefill length); updates ``cache`` and returns the outputs (batch axis kept)."""
-        t = 1 if len(ids) == 1 and self.layout.decode is not None else self.layout.prefill_len
-        name = self.layout.decode if t == 1 else self.layout.prefill
+        layout = self._generative()
+        t = 1 if len(ids) == 1 and layout.decode is not None else layout.prefill_len
+        name = layout.decode if t == 1 else layout.prefill
         tokens = np.full((1, t), pad, np.int32)
         tokens[0, : len(ids)] = ids
         positions = np.arange(cache.length, cache.length + t, dtype=np.int32)
         out = self._runners[str(name)](tokens=tokens, input_pos=positions, **cache.buffers)
-        cache.buffers = {k: np.array(out[k], np.float32) for k in self.layout.kv_names}
+        cache.buffers = {k: np.array(out[k], np.float32) for k in layout.kv_names}
         cache.length += len(ids)
         return out
 
@@ -232,13 +272,13 @@ class LiteRtPort(Engine):
             Unsupported: a sampled ``sampler``, ``max_kv_size`` (the cache is the artifact's fixed rows),
                 or no decode signature. ContextTooShort: prompt and new tokens pass the KV rows.
         """
+        if self.layout.decode is None:
+            raise self._unsupported("generate", f"{self.path}: field 'signatures' has no 'decode' signature")
         if not sampler.greedy:
             raise self._unsupported("sample (temperature > 0)", "this adapter's loop over the decode signature is greedy")
         if max_kv_size is not None:
             raise self._unsupported("bound its KV cache (max_kv_size)",
-                                    f"{self.path.name} has a fixed {self.layout.kv_rows}-row cache")
-        if self.layout.decode is None:
-            raise self._unsupported("generate", f"{self.path}: field 'signatures' has no 'decode' signature")
+                                    f"{self.path.name} has a fixed {self._generative().kv_rows}-row cache")
         ids = self.text_ids(prompt)
         if len(ids) + max_new_tokens - 1 > self.max_context:
             raise ContextTooShort(self.id, f"generate {max_new_tokens} tokens after {len(ids)}",

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, ParamSpec, Sequence, 
 import numpy as np
 
 from oracles.engines.base import Engine, Generation, Prompt, Sampler, Step, check_forward_length, hub_offline
+from oracles.engines.torch import cohort_dsv4 as dsv4
 from oracles.engines.torch.cohort import TorchCohort
 from oracles.engines.torch.device import to_f4
 
@@ -268,11 +269,8 @@ class TorchReference(TorchCohort):
     def is_trimmable(self, cache: Any) -> bool:
         """A transformers cache can be cropped when every layer can: attention layers always,
         linear-attention layers only with past recording on (``is_croppable``); never a DeepSeek-V4 cache
-        (issue 18 dsv4: its layers inherit ``is_croppable`` from the sliding window, but a crop leaves the
-        compressors' entries and open windows as they were)."""
-        from oracles.engines.torch.cohort_dsv4 import is_compressed
-
-        return all(_croppable(layer) for layer in cache.layers) and not is_compressed(cache)
+        (dsv4: a crop would leave its compressors' state as it was, whatever ``is_croppable`` claims)."""
+        return all(_croppable(layer) for layer in cache.layers) and not dsv4.is_compressed(cache)
 
     def trim(self, cache: Any, n: int) -> bool:
         """Drop the last ``n`` cached positions in place (``DynamicCache.crop(-n)``: transformers 5
@@ -373,6 +371,12 @@ class TorchReference(TorchCohort):
         except ValueError as exc:
             return f"transformers {transformers.__version__} generate(assistant_model=...): {exc}"
         return None
+
+    def mtp(self) -> Any:
+        """This model's MTP head (issue 18 mtp: :class:`oracles.engines.torch.mtp.TorchMtp`)."""
+        from oracles.engines.torch.mtp import TorchMtp
+
+        return TorchMtp(self.model)
 
 
 def _croppable(layer: Any) -> bool:
