@@ -260,17 +260,17 @@ def test_cohort_benchmark(runs: Runs, anchor: Any, engine: Engine, pin: str, spe
                           receipt: Receipt) -> None:
     """The paired benchmark from the anchor snapshots (a receipt section, no timed assertion); every
     timed trial must have decoded the anchor transaction (its outputs' digests are the proof's)."""
-    from oracles.families.cohort.bench import PAIRS, run_bench
+    from oracles.families.cohort.bench import run_bench
 
     if spec.scope != "full":
         pytest.skip(f"port {engine.id} on {pin}: the benchmark runs with the full span (pass --port-records all)")
-    section = runs(("cohort-bench", pin, engine.id), lambda: run_bench(engine, anchor))
+    section = runs(("cohort-bench", pin, engine.id), lambda: run_bench(engine, anchor, spec.bench_pairs))
     proof = anchor.outputs
     wrong = [f"{t['protocol']} pair {t['pair']} {t['arm']} lane {i}" for t in section["trials"]
              for i, out in enumerate(t["outputs"]) if any(out[k] != proof[t["arm"]][i][k] for k in out)]
     receipt["cohort_benchmark"] = {**section, "trials": [{k: v for k, v in t.items() if k != "outputs"}
                                                          for t in section["trials"]]}
-    assert len(section["trials"]) == 4 * PAIRS, f"{len(section['trials'])} trials"
+    assert len(section["trials"]) == 4 * spec.bench_pairs, f"{len(section['trials'])} trials"
     assert not wrong, f"{_where(pin, engine, spec)}: timed trials that did not decode the proven transaction: {wrong[:5]}"
 
 
