@@ -40,7 +40,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 BUILTIN_PINS := smollm2-135m-instruct smollm2-draft-twin smollm2-hybrid-twin qwen35-vl-twin \
 	smollm2-mlx-bf16 smollm2-mlx-q8 smollm2-mlx-q8-dequant smollm2-mlx-q4 smollm2-mlx-q4-dequant \
 	smollm2-gguf-q4_1 smollm2-gguf-f32 smollm2-draft-twin-litert smollm2-draft-twin-litert-plain \
-	lfm2-vl-d1-twin mtp-twin
+	lfm2-vl-d1-twin mtp-twin deepseek-v4-twin
 PIN_TARGETS := $(addprefix pin/,$(BUILTIN_PINS))
 .PHONY: $(PIN_TARGETS)
 
@@ -55,6 +55,8 @@ $(PIN_TARGETS): setup
 pin/smollm2-draft-twin pin/smollm2-hybrid-twin: pin/smollm2-135m-instruct
 # the MTP twin (Inkling with one MTP layer, mtplx's MTP rounds) takes the default pin's tokenizer files
 pin/mtp-twin: pin/smollm2-135m-instruct
+# the DeepSeek-V4 twin (the cohort family's compressed caches) takes the default pin's tokenizer files too
+pin/deepseek-v4-twin: pin/smollm2-135m-instruct
 # SmolLM2 as mlx-lm converts it (mlx_lm.convert of smollm2-135m-instruct), each quantized pin before its
 # float32 dequantized reference (mx.dequantize of its own weights): a port on it is held against that
 pin/smollm2-mlx-bf16 pin/smollm2-mlx-q8 pin/smollm2-mlx-q4: pin/smollm2-135m-instruct

@@ -31,6 +31,7 @@ BUILTIN: dict[str, str] = {
     "mlx": "oracles.engines.mlx.lm:MlxPort",
     "mlx-vlm": "oracles.engines.mlx.vlm:MlxVlmPort",
     "mlx-vlm-d1": "oracles.engines.mlx.d1:MlxVlmD1",
+    "mlx-vlm-dsv4": "oracles.engines.mlx.deepseek_v4:MlxDeepseekV4Port",
     "mtplx": "oracles.engines.mlx.mtplx:MtplxPort",
     "llamacpp": "oracles.engines.llamacpp.engine:LlamaCppPort",
     "litert": "oracles.engines.litert.engine:LiteRtPort",

@@ -115,7 +115,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("clef", "vision oracle family: M-RoPE closed form, forward taps, image arms, absmax survey",
            runs="clef", modality="vision", default_pins=("qwen35-vl-twin",)),
     Family("cohort", "decode cohort family: serial vs batched lanes bit-exact, every cache buffer, snapshot/restore",
-           runs="cohort", per_engine=True, default_pins=TEXT_PINS, float32_self_checks=True),
+           runs="cohort", per_engine=True, default_pins=(*TEXT_PINS, "deepseek-v4-twin"), float32_self_checks=True),
     Family("faults", "fault panel: ports with one injected fault each held to every family's checks, the "
                      "detection matrix, and bisect naming the layer", runs="faults", port_scoped=False,
            default_pins=TEXT_PINS, tokens="mtplx"),

@@ -132,6 +132,7 @@ TWINS: dict[str, tuple[str, str | None]] = {
     "qwen35-vl": ("oracles.twins.qwen35_vl", None),
     "lfm2-vl-d1": ("oracles.twins.lfm2_vl", "smollm2-135m-instruct"),
     "inkling-mtp": ("oracles.twins.mtp", "smollm2-135m-instruct"),
+    "deepseek-v4": ("oracles.twins.deepseek_v4", "smollm2-135m-instruct"),
 }
 
 

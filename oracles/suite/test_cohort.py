@@ -40,7 +40,8 @@ def spec(pytestconfig: pytest.Config, engine_id: str, pin_file: Any) -> fam.Coho
     from oracles.plugin.state import settings_of
 
     settings = settings_of(pytestconfig)
-    return fam.choose_spec(engine_id != settings.reference, settings.port_scope, fam.weight_bytes(pin_file))
+    return fam.choose_spec(engine_id != settings.reference, settings.port_scope, fam.weight_bytes(pin_file),
+                           str(pin_file.model_class or ""))
 
 
 @pytest.fixture
@@ -118,6 +119,25 @@ def test_cohort_positive_control(parity: Any, engine: Engine, pin: str, spec: An
 
 
 @slow
+def test_cohort_crosses_compression_boundaries(parity: Any, engine: Engine, pin: str, spec: Any,
+                                               receipt: Receipt) -> None:
+    """On a cache with compressed entries (``*.compressed_kv`` buffers), the span is no vacuous proof:
+    every lane's every compressed buffer closes at least one entry inside it, at a step the bit-for-bit
+    comparison covered (so the comparisons above saw entries close)."""
+    before, after = parity.entries.get("before", {}), parity.entries.get("after", {})
+    receipt.update(engine=engine.id, pin=pin, before=before, after=after, closed_at=parity.closed_at)
+    if not before:
+        pytest.skip(f"{pin} ({engine.id}): its cache holds no compressed entries (no *.compressed_kv buffer)")
+    lanes_before = [{name: n[q] for name, n in before.items()} for q in range(fam.LANES)]
+    lanes_after = [{name: n[q] for name, n in after.items()} for q in range(fam.LANES)]
+    missed = fam.uncrossed(lanes_before, lanes_after)
+    assert not missed, f"{_where(pin, engine, spec)}: compressed buffers closed no entry in the span: {missed[:6]}"
+    late = {name: steps for name, steps in parity.closed_at.items() if not steps or max(steps) >= spec.steps}
+    assert not late and set(parity.closed_at) == set(before), (
+        f"{_where(pin, engine, spec)}: lane 0's entry closures {parity.closed_at} do not cover {sorted(before)}")
+
+
+@slow
 def test_cohort_identical_lanes_agree(parity: Any, engine: Engine, pin: str, spec: Any, receipt: Receipt) -> None:
     """In the twin run, rows 0 and 1 hold one lane (prompt and tokens): they agree bit for bit at every
     step, hidden, logits and every buffer."""
@@ -128,10 +148,15 @@ def test_cohort_identical_lanes_agree(parity: Any, engine: Engine, pin: str, spe
 
 
 @slow
-def test_cohort_row_isolation(parity: Any, engine: Engine, pin: str, spec: Any, lane: int, receipt: Receipt) -> None:
+def test_cohort_row_isolation(request: pytest.FixtureRequest, parity: Any, engine: Engine, pin: str, spec: Any,
+                              lane: int, receipt: Receipt) -> None:
     """A lane kept in its row of a same-shaped batch keeps its bits when every other lane's tokens
     change (and, in the twin run, when lane 0 holds another prompt)."""
     iso, twin = parity.isolation, parity.twin_isolation
+    row_variance = getattr(engine, "row_variance", None)  # an engine's own capability (torch's: DeepSeek-V4)
+    reason = row_variance() if callable(row_variance) else None
+    if reason:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=f"{engine.id} on {pin}: {reason}"))
     receipt.update(engine=engine.id, pin=pin, lane=lane, others_changed=_figures(iso, lane),
                    twin_run=_figures(twin, lane))
     assert iso.steps == spec.isolation_steps, f"isolation runs compared {iso.steps} steps"
@@ -180,6 +205,10 @@ def test_cohort_grow_keeps_rows(anchor: Any, engine: Engine, pin: str, spec: Any
     """Growing every cache gives it at least the capacity asked, more than it had, with every buffer's
     valid rows bit-equal to the source's; extended, every lane holds ``anchor`` positions."""
     grown = anchor.grown
+    if anchor.grow_refusal is not None:
+        assert anchor.positions == [spec.anchor] * fam.LANES, f"anchor positions {anchor.positions}"
+        receipt.update(engine=engine.id, pin=pin, anchor_positions=anchor.positions, refusal=anchor.grow_refusal)
+        pytest.skip(f"{pin}: {anchor.grow_refusal} (extended as they are; the anchor proofs ran)")
     receipt.update(engine=engine.id, pin=pin, anchor_positions=anchor.positions, seconds=anchor.seconds, grown=[
         {"side": g.side, "logical": g.logical, "length": g.length, "capacity_before": g.capacity_before,
          "capacity_after": g.capacity_after, "mismatches": [m.to_json() for m in g.mismatches[:2]]} for g in grown])
@@ -231,17 +260,17 @@ def test_cohort_benchmark(runs: Runs, anchor: Any, engine: Engine, pin: str, spe
                           receipt: Receipt) -> None:
     """The paired benchmark from the anchor snapshots (a receipt section, no timed assertion); every
     timed trial must have decoded the anchor transaction (its outputs' digests are the proof's)."""
-    from oracles.families.cohort.bench import PAIRS, run_bench
+    from oracles.families.cohort.bench import run_bench
 
     if spec.scope != "full":
         pytest.skip(f"port {engine.id} on {pin}: the benchmark runs with the full span (pass --port-records all)")
-    section = runs(("cohort-bench", pin, engine.id), lambda: run_bench(engine, anchor))
+    section = runs(("cohort-bench", pin, engine.id), lambda: run_bench(engine, anchor, spec.bench_pairs))
     proof = anchor.outputs
     wrong = [f"{t['protocol']} pair {t['pair']} {t['arm']} lane {i}" for t in section["trials"]
              for i, out in enumerate(t["outputs"]) if any(out[k] != proof[t["arm"]][i][k] for k in out)]
     receipt["cohort_benchmark"] = {**section, "trials": [{k: v for k, v in t.items() if k != "outputs"}
                                                          for t in section["trials"]]}
-    assert len(section["trials"]) == 4 * PAIRS, f"{len(section['trials'])} trials"
+    assert len(section["trials"]) == 4 * spec.bench_pairs, f"{len(section['trials'])} trials"
     assert not wrong, f"{_where(pin, engine, spec)}: timed trials that did not decode the proven transaction: {wrong[:5]}"
 
 

@@ -11,7 +11,9 @@ A lane cache is a transformers ``Cache`` whose per-layer entries are of three ki
   ``[1, C_conv, K]`` and a recurrent state ``[1, H_v, d_k, d_v]`` of fixed shapes, rewritten each step.
 
 Sliding-window and hybrid (both kinds in one layer) entries raise
-:class:`~oracles.engines.base.Unsupported`. torch and transformers are imported inside the functions.
+:class:`~oracles.engines.base.Unsupported`, except in a DeepSeek-V4 cache (its sliding window beside
+compressed entries), which :mod:`oracles.engines.torch.cohort_dsv4` handles whole. torch and
+transformers are imported inside the functions.
 """
 
 from __future__ import annotations
@@ -22,17 +24,24 @@ from typing import Any, Sequence
 import numpy as np
 
 from oracles.engines.base import Engine, Step, check_cohort
+from oracles.engines.torch import cohort_dsv4 as dsv4
 
 #: Measured on this 2-core CPU (torch 2.13, one thread): the cohort family's B = 4 lanes (prompts of
 #: 33-54 tokens, 132 teacher-forced steps), cohort un-permuted vs serial, max |d| over lanes and steps.
 #: A 4-row CPU ``nn.Linear`` already differs from a 1-row one: MKL/oneDNN block a 4-row product
 #: otherwise, so its sums run in another order. A lane kept in its row of a same-shaped batch is
-#: bit-exact (the family's row-isolation proof), and two rows holding one lane agree.
+#: bit-exact (the family's row-isolation proof; not on DeepSeek-V4's MoE:
+#: :data:`oracles.engines.torch.cohort_dsv4.ROW_VARIANCE`), and two rows holding one lane agree.
 BATCH_VARIANCE = (
     "torch CPU matmuls are not batch-invariant (a 4-row nn.Linear sums in another order than a 1-row one); "
     "measured B=4 cohort vs serial over 132 steps, max |d|: SmolLM2-135M hidden 6.0e-5, logits 7.5e-5, keys "
     "2.9e-5, values 2.1e-5; hybrid twin hidden 4.8e-5, logits 6.1e-5, keys 3.7e-5, values 3.1e-5, conv state "
-    "2.8e-5, recurrent state 1.6e-6; draft twin hidden 7.2e-7, logits 7.2e-7, keys 2.1e-7, values 2.4e-7")
+    "2.8e-5, recurrent state 1.6e-6; draft twin hidden 7.2e-7, logits 7.2e-7, keys 2.1e-7, values 2.4e-7; DeepSeek-V4 "
+    "twin (4 lanes of 148) hidden 1.4e-6, logits 3.8e-7, window_kv 1.9e-6, compressor 1.3e-6, indexer 1.2e-6")
+
+#: Why a DeepSeek-V4 cache has no capacity to grow (transformers 5.24's DeepseekV4PreTrainedModel).
+NO_STATIC_DSV4 = ("transformers' DeepSeek-V4 cache has no static form: its compressed layers grow by concatenation "
+                  "and the model refuses a StaticCache (its compressor needs the DeepSeek-V4 cache layers)")
 
 
 def _layer_kind(layer: Any) -> str:
@@ -127,6 +136,8 @@ class TorchCohort(Engine):
         from transformers import DynamicCache
 
         check_cohort(self, tokens, caches)
+        if dsv4.is_compressed(caches[0]):
+            return self._decode_compressed(tokens, caches)
         with torch.inference_mode():
             lengths = [self.cache_length(c) for c in caches]
             width = max(lengths)
@@ -156,6 +167,23 @@ class TorchCohort(Engine):
                         _append_row(c, i, batch.layers[i], b, lengths[b])
             return Step(logits=_copy(out.logits[:, -1]), hidden=_copy(hidden))
 
+    def _decode_compressed(self, tokens: Sequence[int], caches: Sequence[Any]) -> Step:
+        """:meth:`decode_cohort` on DeepSeek-V4 caches (:func:`oracles.engines.torch.cohort_dsv4.decode_cohort`)."""
+        import torch
+
+        def run(ids: Any, batch: Any) -> Any:
+            return self.model(input_ids=ids, cache=batch, use_cache=True)
+
+        with torch.inference_mode():
+            self._captured.clear()
+            try:
+                out = dsv4.decode_cohort(self.model, run, self._ids_tensor([[int(t)] for t in tokens]), caches,
+                                         lambda why: self._unsupported("decode a cohort of these caches", why))
+                hidden = self._captured[-1][:, -1]
+            finally:
+                self._captured.clear()
+            return Step(logits=_copy(out.logits[:, -1]), hidden=_copy(hidden))
+
     def _lane_kinds(self, caches: Sequence[Any], i: int) -> str:
         """The one kind of layer ``i`` across the lanes: ``"linear"``, or ``"dynamic"``/``"static"``/
         ``"mixed"`` for attention entries (the lanes may hold either)."""
@@ -178,6 +206,8 @@ class TorchCohort(Engine):
         a static buffer is written in place beyond its valid rows and a linear state in place, so a
         view is read before the next forward on ``cache``. Every entry kind is listed (a sliding
         window as stored), though only plain, static and linear entries decode as a cohort."""
+        if dsv4.is_compressed(cache):
+            return {name: _np_view(t) for name, t in dsv4.buffers(cache).items()}
         out: dict[str, np.ndarray] = {}
         for i, layer in enumerate(cache.layers):
             rows = _rows(layer)
@@ -199,6 +229,8 @@ class TorchCohort(Engine):
         Raises:
             Unsupported: no attention entry (a purely recurrent cache never reallocates).
         """
+        if dsv4.is_compressed(cache):
+            raise self._unsupported("measure a cache's capacity", NO_STATIC_DSV4)
         caps = [layer.max_cache_len if kind == "static" else self.cache_length(cache)
                 for layer in cache.layers if (kind := _layer_kind(layer)) in ("dynamic", "static")]
         if not caps:
@@ -218,6 +250,8 @@ class TorchCohort(Engine):
         import torch
         from transformers import StaticCache
 
+        if dsv4.is_compressed(cache):
+            raise self._unsupported("grow a cache to a larger capacity", NO_STATIC_DSV4)
         n = self.cache_length(cache)
         if capacity < n:
             raise ValueError(f"grow: capacity {capacity} is below the cache's {n} positions")
@@ -239,12 +273,13 @@ class TorchCohort(Engine):
     def resident_bytes(self, obj: Any) -> int:
         """Bytes of the distinct storages a cache (or a snapshot: a cache too) holds, spare capacity in."""
         seen: dict[int, int] = {}
+        tensors = list(dsv4.buffers(obj).values()) if dsv4.is_compressed(obj) else []
         for layer in obj.layers:
-            tensors = [getattr(layer, "keys", None), getattr(layer, "values", None)]
+            tensors += [getattr(layer, "keys", None), getattr(layer, "values", None)]
             tensors += [t for _name, t in _states(layer)]
-            for t in tensors:
-                if t is not None and t.numel():
-                    seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        for t in tensors:
+            if t is not None and t.numel():
+                seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
         return sum(seen.values())
 
     def weight_bytes(self) -> int:
@@ -259,6 +294,12 @@ class TorchCohort(Engine):
 
     def batch_variance(self) -> str | None:
         return BATCH_VARIANCE
+
+    def row_variance(self) -> str | None:
+        """Why a lane kept in its row of a same-shaped batch does not keep its bits when the other lanes'
+        tokens change, with the measured figures; None where it does (the cohort family's default claim).
+        This engine's own capability (the cohort family asks for it by name)."""
+        return dsv4.ROW_VARIANCE if getattr(self.model.config, "model_type", "") == "deepseek_v4" else None
 
 
 def _stack_rows(batch: Any, i: int, rows: list[tuple[Any, Any] | None], lengths: list[int], width: int) -> None:

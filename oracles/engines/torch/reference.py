@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, ParamSpec, Sequence, 
 import numpy as np
 
 from oracles.engines.base import Engine, Generation, Prompt, Sampler, Step, check_forward_length, hub_offline
+from oracles.engines.torch import cohort_dsv4 as dsv4
 from oracles.engines.torch.cohort import TorchCohort
 from oracles.engines.torch.device import to_f4
 
@@ -267,8 +268,9 @@ class TorchReference(TorchCohort):
 
     def is_trimmable(self, cache: Any) -> bool:
         """A transformers cache can be cropped when every layer can: attention layers always,
-        linear-attention layers only with past recording on (``is_croppable``)."""
-        return all(_croppable(layer) for layer in cache.layers)
+        linear-attention layers only with past recording on (``is_croppable``); never a DeepSeek-V4 cache
+        (dsv4: a crop would leave its compressors' state as it was, whatever ``is_croppable`` claims)."""
+        return all(_croppable(layer) for layer in cache.layers) and not dsv4.is_compressed(cache)
 
     def trim(self, cache: Any, n: int) -> bool:
         """Drop the last ``n`` cached positions in place (``DynamicCache.crop(-n)``: transformers 5

@@ -28,6 +28,7 @@ import numpy as np
 
 from oracles.checks.cohort import LaneState, Mismatch, Tally, compare_cohort, compare_lane, first_unequal, to_physical
 from oracles.engines.base import Engine, digest_buffers
+from oracles.engines.types import Unsupported
 from oracles.families.cohort.run import (
     IDENTITY,
     LANES,
@@ -74,6 +75,7 @@ class AnchorRun:
     tokens: list[int]
     outputs: dict[str, list[dict[str, str]]]
     seconds: dict[str, float] = field(default_factory=dict)
+    grow_refusal: str | None = None
 
 
 def state_digests(states: Sequence[LaneState]) -> list[dict[str, str]]:
@@ -96,21 +98,35 @@ def _differ(label: str, lanes: Sequence[int], expected: Sequence[dict[str, str]]
     return out
 
 
-def grow_and_extend(engine: Engine, spec: CohortSpec, side: str, caches: Sequence[Any]) -> tuple[list[Any], list[Grown]]:
-    """Grow each cache of one side to ``spec.capacity`` and extend it to ``spec.anchor`` positions."""
+def grow_and_extend(engine: Engine, spec: CohortSpec, side: str,
+                    caches: Sequence[Any]) -> tuple[list[Any], list[Grown], str | None]:
+    """Grow each cache of one side to ``spec.capacity`` and extend it to ``spec.anchor`` positions.
+
+    An engine whose caches cannot grow (``cache_capacity`` or ``grow`` raise
+    :class:`~oracles.engines.types.Unsupported`: transformers' DeepSeek-V4 cache, which grows by
+    concatenation) has its caches extended as they are; the refusal is returned (third item) and no
+    growth is recorded, so the grow check skips naming it and every anchor proof still runs."""
     V = int(engine.vocab_size)
     out, figures = [], []
+    refusal: str | None = None
     for p, cache in enumerate(caches):
         q = SIDES[side][p]
-        before = {name: np.array(a, copy=True) for name, a in engine.cache_views(cache).items()}
-        cap0, n = int(engine.cache_capacity(cache)), int(engine.cache_length(cache))
-        grown = engine.grow(cache, spec.capacity)
+        n = int(engine.cache_length(cache))
+        try:
+            cap0 = int(engine.cache_capacity(cache))
+            before = {name: np.array(a, copy=True) for name, a in engine.cache_views(cache).items()}
+            grown = engine.grow(cache, spec.capacity)
+        except Unsupported as exc:
+            refusal = str(exc)
+            engine.forward(extension_tokens(q, n, spec.anchor, V), cache, keep=1)
+            out.append(cache)
+            continue
         found = compare_lane(before, engine.cache_views(grown), step="grow", logical=q, physical=p,
                              sides=("before", "grown"))
         figures.append(Grown(side, q, p, n, cap0, int(engine.cache_capacity(grown)), spec.capacity, tuple(found)))
         engine.forward(extension_tokens(q, n, spec.anchor, V), grown, keep=1)
         out.append(grown)
-    return out, figures
+    return out, figures, refusal
 
 
 def transaction(engine: Engine, live: dict[str, list[Any]], tokens: Sequence[int]) -> tuple[list[LaneState], list[LaneState]]:
@@ -125,9 +141,11 @@ def run_anchor(engine: Engine, spec: CohortSpec, serial: Sequence[Any], cohort: 
     t0 = time.perf_counter()
     live: dict[str, list[Any]] = {}
     grown: list[Grown] = []
+    refusal: str | None = None
     for side, caches in (("serial", serial), ("cohort", cohort)):
-        live[side], figures = grow_and_extend(engine, spec, side, caches)
+        live[side], figures, refused = grow_and_extend(engine, spec, side, caches)
         grown += figures
+        refusal = refusal or refused
     t1 = time.perf_counter()
     views = {side: [engine.cache_views(c) for c in live[side]] for side in SIDES}
     caches_tally = Tally()
@@ -156,6 +174,9 @@ def run_anchor(engine: Engine, spec: CohortSpec, serial: Sequence[Any], cohort: 
         restored = [engine.restore(s) for s in snapshots[side]]
         failures["restored"] += _differ(f"{side} restored", SIDES[side], digests[side],
                                         [live_digests(engine, c) for c in restored])
+        if refusal is not None:  # nothing to grow again: the replay runs on the restored caches
+            again[side] = restored
+            continue
         again[side] = [engine.grow(c, spec.capacity) for c in restored]
         failures["regrown"] += _differ(f"{side} restored and grown", SIDES[side], digests[side],
                                        [live_digests(engine, c) for c in again[side]])
@@ -165,7 +186,7 @@ def run_anchor(engine: Engine, spec: CohortSpec, serial: Sequence[Any], cohort: 
         failures["replay"] += _differ(f"{side} replay after restore", lanes, outputs[side], state_digests(states))
     t2 = time.perf_counter()
     return AnchorRun(spec, grown, positions, caches_tally, tally, failures, snapshots, digests, list(tokens), outputs,
-                     {"grow_extend": t1 - t0, "anchor_proofs": t2 - t1})
+                     {"grow_extend": t1 - t0, "anchor_proofs": t2 - t1}, refusal)
 
 
 @dataclass

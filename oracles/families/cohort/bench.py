@@ -59,10 +59,13 @@ def process_memory() -> dict[str, int] | None:
 def fresh(engine: Engine, anchor: AnchorRun, arm: str) -> list[Any]:
     """Caches restored from the anchor snapshots of one arm, grown to the run's capacity where the
     restored cache holds less (a torch static cache keeps its capacity through a snapshot; an MLX one
-    comes back at its length)."""
+    comes back at its length); restored as they are where the anchor found the caches cannot grow."""
     out = []
     for s in anchor.snapshots[arm]:
         c = engine.restore(s)
+        if anchor.grow_refusal is not None:
+            out.append(c)
+            continue
         out.append(c if engine.cache_capacity(c) >= anchor.spec.capacity else engine.grow(c, anchor.spec.capacity))
     return out
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -78,6 +78,8 @@ class CohortSpec:
     anchor: int
     capacity: int
     scope: str
+    #: Pairs of the paired benchmark at the anchor (:mod:`oracles.families.cohort.bench`).
+    bench_pairs: int = 20
 
     def check(self, vocab: int) -> None:
         """Refuse a spec the proof would be vacuous or ill-formed under.
@@ -101,7 +103,7 @@ class CohortSpec:
 
     def to_json(self) -> dict[str, Any]:
         return {"prefix": list(self.prefix), "steps": self.steps, "isolation_steps": self.isolation_steps,
-                "anchor": self.anchor, "capacity": self.capacity, "scope": self.scope,
+                "anchor": self.anchor, "capacity": self.capacity, "scope": self.scope, "bench_pairs": self.bench_pairs,
                 "physical_to_logical": list(PHYSICAL_TO_LOGICAL), "twin": [TWIN, TWIN_SOURCE]}
 
 
@@ -115,6 +117,21 @@ FULL = CohortSpec(prefix=(40, 47, 33, 54), steps=132, isolation_steps=16, anchor
 #: capacity passes the 256 positions an MLX KVCache allocates at its first update, so growing grows.
 #: ``--port-records all`` runs FULL.
 SAMPLE = CohortSpec(prefix=(6, 8, 5, 9), steps=4, isolation_steps=1, anchor=16, capacity=512, scope="sample")
+#: The DeepSeek-V4 decode proof's own shape, for a model with compressed caches (its 4 lanes of 148
+#: prefix rows, 132 steps): positions 148..280 cross 37 multiples of 4 (a CSA entry closes every 4th
+#: step) and 256 (the second HCA entry of rate 128), with the sliding window of 128 full throughout.
+#: One prefix length for every lane: transformers' DeepSeek-V4 cache batches lanes only at one length
+#: (:mod:`oracles.engines.torch.cohort_dsv4`). Anchor 384 = 3 x 128: the extension closes the third
+#: HCA entry at the anchor's last position.
+#: Twin and isolation runs 8 steps (positions 148..155: two CSA entries close in them), half of FULL's 16,
+#: inside the budget of ``make test`` (measured: a span step of the 4 serial lanes and 6 cohorts costs
+#: ~0.2 s on torch here, one of the 4 lanes and the cohort ~0.08 s).
+#: The benchmark 10 pairs, not 20 (measured ~5-7 s an engine at 20 here, the largest share of the
+#: twin's budget after the span).
+COMPRESSED = CohortSpec(prefix=(148,) * LANES, steps=132, isolation_steps=8, anchor=384, capacity=448,
+                        scope="full", bench_pairs=10)
+#: Model classes whose caches hold compressed entries: they run :data:`COMPRESSED`.
+COMPRESSED_CLASSES = frozenset({"DeepseekV4ForCausalLM"})
 #: Weights up to this many bytes make a tiny twin, on which every engine runs FULL (the twins here hold
 #: ~13 MB; SmolLM2-135M 538 MB).
 TINY_WEIGHT_BYTES = 64 << 20
@@ -138,7 +155,9 @@ class Control:
 
 @dataclass
 class ParityRun:
-    """What the span's lockstep found (see the module docstring); figures, not arrays, except
+    """What the span's lockstep found (see the module docstring); ``entries`` the compressed buffers'
+    entry counts per logical lane ``before`` and ``after`` the span, ``closed_at`` the steps at which
+    lane 0's closed one (:func:`entry_counts`); figures, not arrays, except
     ``logit_gap`` ``[steps, LANES]`` (max |d logit| of each logical lane, float64) and the last step's
     cohort ``hidden`` ``[LANES, D]`` / ``logits`` ``[LANES, V]`` rows (physical order)."""
 
@@ -156,6 +175,22 @@ class ParityRun:
     serial: list[Any]
     cohort: list[Any]
     seconds: dict[str, float]
+    entries: dict[str, dict[str, list[int]]] = field(default_factory=dict)
+    closed_at: dict[str, list[int]] = field(default_factory=dict)
+    lane0_entries: dict[str, int] = field(default_factory=dict)
+
+
+def entry_counts(views: Mapping[str, np.ndarray]) -> dict[str, int]:
+    """``{buffer: entries}`` of a lane's compressed buffers: every view named ``*.compressed_kv`` holds
+    its entries on axis -2 (``[..., T, d]``, the engines' convention); ``{}`` for a cache without any."""
+    return {name: int(a.shape[-2]) for name, a in views.items() if name.endswith(".compressed_kv")}
+
+
+def uncrossed(before: Sequence[dict[str, int]], after: Sequence[dict[str, int]]) -> list[str]:
+    """The positive control of a compressed span: ``"lane L name: n -> m"`` for every lane's compressed
+    buffer that gained no entry between ``before`` and ``after`` (empty: every buffer closed one)."""
+    return [f"lane {q} {name}: {n} -> {a.get(name)}" for q, (b, a) in enumerate(zip(before, after))
+            for name, n in b.items() if not a.get(name, n) > n]
 
 
 def lane_state(hidden: np.ndarray, logits: np.ndarray, views: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -199,12 +234,17 @@ def run_parity(engine: Engine, spec: CohortSpec) -> ParityRun:
     run = ParityRun(spec, Tally(), Control(), Tally(), Tally(), Tally(), np.zeros((spec.steps, LANES)),
                     np.zeros((spec.steps, LANES), bool), np.zeros(0), np.zeros(0), [], serial, cohort,
                     {"prefill": time.perf_counter() - t0})
+    counted = [entry_counts(engine.cache_views(c)) for c in serial]
+    run.entries["before"] = {name: [c[name] for c in counted] for name in counted[0]}
+    run.lane0_entries = dict(counted[0])
     for s in range(spec.steps):
         if s == spec.isolation_steps:
             isolated.clear()  # their caches are no longer read
             twins.clear()
         _lockstep(engine, run, s, V, twins, isolated)
     run.lengths = [int(engine.cache_length(c)) for c in cohort]
+    counted = [entry_counts(engine.cache_views(c)) for c in serial]
+    run.entries["after"] = {name: [c[name] for c in counted] for name in counted[0]}
     run.seconds["span"] = time.perf_counter() - t0 - run.seconds["prefill"]
     return run
 
@@ -214,6 +254,10 @@ def _lockstep(engine: Engine, run: ParityRun, s: int, V: int, twins: list[Any], 
     ser = serial_step(engine, run.serial, tok)
     coh = cohort_step(engine, run.cohort, to_physical(tok, PHYSICAL_TO_LOGICAL))
     names = list(ser[0])
+    for name, n in entry_counts(ser[0]).items():  # the steps at which logical lane 0's buffers closed an entry
+        if n > run.lane0_entries.get(name, n):
+            run.closed_at.setdefault(name, []).append(s)
+        run.lane0_entries[name] = n
     run.main.add(compare_cohort(ser, coh, PHYSICAL_TO_LOGICAL, step=step), LANES * len(names), names)
     run.control.add(step, compare_cohort(ser, coh, IDENTITY, step=step, stop_at_first=True))
     for p, q in enumerate(PHYSICAL_TO_LOGICAL):
@@ -254,12 +298,15 @@ def weight_bytes(pin: Any) -> int:
     return sum(f.bytes for name, f in pin.files.items() if name.endswith(".safetensors"))
 
 
-def choose_spec(is_port: bool, scope: Any, weights: int) -> CohortSpec:
-    """FULL for the reference, for a tiny model (``weights`` <= :data:`TINY_WEIGHT_BYTES`) on any engine,
-    and for a port whose ``--port-records`` scope (an :class:`oracles.plugin.port_scope.PortScope`) selects a
+def choose_spec(is_port: bool, scope: Any, weights: int, model_class: str = "") -> CohortSpec:
+    """COMPRESSED for a model class of :data:`COMPRESSED_CLASSES` (a tiny twin's, on every engine); FULL
+    for the reference, for a tiny model (``weights`` <= :data:`TINY_WEIGHT_BYTES`) on any engine, and
+    for a port whose ``--port-records`` scope (an :class:`oracles.plugin.port_scope.PortScope`) selects a
     record of ``FULL.anchor`` tokens (``all``, or ``N >= FULL.anchor``); else SAMPLE."""
     from oracles.plugin.port_scope import EXECUTION_SAMPLE_TOKENS
 
+    if model_class in COMPRESSED_CLASSES:
+        return COMPRESSED
     if not is_port or weights <= TINY_WEIGHT_BYTES or scope.selects(FULL.anchor, EXECUTION_SAMPLE_TOKENS):
         return FULL
     return SAMPLE
