@@ -349,11 +349,13 @@ class Engine(abc.ABC):
         return None
 
     def known_gap(self, oracle: str, any_pin: bool = False) -> str | None:
-        """A measured failure of this engine's library on ``oracle`` (a name its test gives, e.g.
-        ``"speculative past a KV window"``) on this engine's pin: the figure and the cause, which that
-        test expects as a strict xfail, so a fixed library fails it and the note is removed; None where
-        none is known. With ``any_pin``, the note measured on any pin (a failure on a pin never measured
-        quotes it as a likely cause, without expecting it)."""
+        """A measured failure of this engine's library on ``oracle`` on this engine's pin: the figure and
+        the cause, which the test expects as a strict xfail, so a fixed library fails it and the note is
+        removed; None where none is known. ``oracle`` is a name a test gives (``"speculative past a KV
+        window"``), or, asked by the plugin's ``engine`` and ``port`` fixtures for every test, the test's
+        name with its parameters (``test_decode_vs_reference[arith-PIN-ENGINE]``): an engine keys its
+        measured failures by either. With ``any_pin``, the note measured on any pin (a failure on a pin
+        never measured quotes it as a likely cause, without expecting it)."""
         return None
 
 

@@ -233,18 +233,28 @@ def _raised_at(exc: BaseException) -> str:
 
 
 @pytest.fixture
-def engine(engines: Engines, engine_id: str, pin: str, receipt: Receipt) -> Engine:
+def engine(engines: Engines, engine_id: str, pin: str, receipt: Receipt, request: pytest.FixtureRequest) -> Engine:
     """This test's engine (the reference or a port, parameter ``engine_id``) on this test's pin; what its
     adapter translated to load the artifact is in the test's record (``translations``), so every verdict
-    that needed it names it."""
+    that needed it names it, and a failure measured on its library for this test is expected
+    (:func:`_expect_known_gap`)."""
     built = engines(engine_id, pin)
     _note_translations(built, receipt)
+    _expect_known_gap(built, request)
     return built
 
 
 def _note_translations(built: Engine, receipt: Receipt) -> None:
     if notes := built.translation_notes():
         receipt["translations"] = list(notes)
+
+
+def _expect_known_gap(built: Engine, request: pytest.FixtureRequest) -> None:
+    """A failure of ``built``'s library measured for this very test (:meth:`Engine.known_gap` asked with the
+    test's name and parameters, ``test_decode_vs_reference[...]``) is a strict xfail quoting the figure, so a
+    fixed library fails the run and the note is removed."""
+    if gap := built.known_gap(request.node.name):
+        request.applymarker(pytest.mark.xfail(strict=True, reason=f"{built.id} on {built.pin}: {gap}"))
 
 
 @pytest.fixture
@@ -256,14 +266,17 @@ def reference(engines: Engines, pytestconfig: pytest.Config, pin: str) -> Engine
 
 
 @pytest.fixture
-def port(engines: Engines, port_id: str, pin: str, port_pin: str, receipt: Receipt) -> Engine:
+def port(engines: Engines, port_id: str, pin: str, port_pin: str, receipt: Receipt,
+         request: pytest.FixtureRequest) -> Engine:
     """This test's port engine (parameter ``port_id``) on its port pin: this test's pin, or the
     ``--port-pin`` artifact paired with it (:mod:`oracles.pins.pairing`); its translations in the test's
-    record, as :func:`engine`. ``pin`` is asked for although unused here: the plugin parametrizes
-    (pin, port_id, port_pin) together, so a test taking ``port`` alone must have all three."""
+    record and its measured gaps expected, as :func:`engine`. ``pin`` is asked for although unused here:
+    the plugin parametrizes (pin, port_id, port_pin) together, so a test taking ``port`` alone must have
+    all three."""
     del pin
     built = engines(port_id, port_pin)
     _note_translations(built, receipt)
+    _expect_known_gap(built, request)
     return built
 
 
