@@ -133,6 +133,8 @@ OTHER_MARKERS = {
     "dry": "needs no weights and imports no torch, transformers or mlx; runs in seconds (CI smoke)",
     "slow": "loads a model or runs a long oracle; runs only with --runslow",
     "gpu": "needs an accelerator (CUDA, or Metal through MLX); skipped where none answers",
+    "builtin_pin": "builtin_pin(NAME): a module of one built-in pin's own system (d1 System One on LFM2-VL, MTP "
+                   "drafting, DeepSeek-V4's port): it runs on that pin, and --pin naming other pins deselects it",
 }
 
 

@@ -150,6 +150,7 @@ def modify_items(config: pytest.Config, items: list[pytest.Item], settings: Sett
     """Groups, port scope, slow/gpu gates, resume (module docstring)."""
     from oracles.receipts.table import plain_nodeid
 
+    deselect_other_pins(config, items, settings.pins)
     skip_slow = pytest.mark.skip(reason="slow: needs --runslow (loads a model or runs a long oracle)")
     runslow, gpu_reason = config.getoption("runslow"), None
     # xdist registers the xdist_group marker; without it the mark is unknown (an error under --strict-markers)
@@ -174,6 +175,20 @@ def modify_items(config: pytest.Config, items: list[pytest.Item], settings: Sett
         previous = resume.get(plain_nodeid(item.nodeid))
         if previous is not None and previous.outcome == "passed":
             item.add_marker(pytest.mark.skip(reason=f"resume: passed in {resume_path}"))
+
+
+def deselect_other_pins(config: pytest.Config, items: list[pytest.Item], pins: tuple[str, ...]) -> None:
+    """Deselect (in place, reported to pytest) the tests marked ``builtin_pin(NAME)`` whose ``NAME`` is not
+    among the ``--pin`` pins: such a module runs its own built-in pin, so a run on the user's pins leaves it
+    out as it leaves out every family's default pins. Without ``--pin`` (``pins`` empty) all stay."""
+    if not pins:
+        return
+    gone = [item for item in items if (mark := item.get_closest_marker("builtin_pin")) is not None
+            and mark.args[0] not in pins]
+    if gone:
+        drop = set(map(id, gone))
+        items[:] = [item for item in items if id(item) not in drop]
+        config.hook.pytest_deselected(items=gone)
 
 
 def _gate_port(item: pytest.Item, params: dict[str, Any], settings: Settings) -> None:

@@ -27,7 +27,7 @@ from oracles.families.cohort import run as fam
 from oracles.plugin.fixtures import Engines, Runs
 from oracles.receipts.table import Receipt
 
-pytestmark = [pytest.mark.cohort, pytest.mark.slow]
+pytestmark = [pytest.mark.cohort, pytest.mark.slow, pytest.mark.builtin_pin("deepseek-v4-twin")]
 
 PIN = "deepseek-v4-twin"
 PORT = "mlx-vlm-dsv4"

@@ -2,8 +2,8 @@
 pictures) and mlx-vlm's d1 port (its ``decision_inputs``, ``readout_ids``, ``answer_logprobs``, ``predict``),
 question by question, on text states and on pictures (``oracles/builtin/records/d1/system_one.json``).
 
-These run on the twin pin ``lfm2-vl-d1-twin`` (the one d1 model among the built-in pins), whatever
-``--pin`` chose for the text families; each request runs once per engine per session (``runs``).
+These run on the twin pin ``lfm2-vl-d1-twin`` (the one d1 model among the built-in pins; ``--pin`` naming
+other pins deselects them: marker ``builtin_pin``); each request runs once per engine per session (``runs``).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from oracles.families.d1 import system_one_run as sr
 from oracles.plugin.fixtures import Runs
 from oracles.receipts.table import Receipt
 
-pytestmark = [pytest.mark.d1, pytest.mark.slow]
+pytestmark = [pytest.mark.d1, pytest.mark.slow, pytest.mark.builtin_pin("lfm2-vl-d1-twin")]
 
 TWIN = "lfm2-vl-d1-twin"
 PORT = "mlx-vlm-d1"

@@ -23,7 +23,7 @@ from oracles.families.execution.prompts import PromptRecord
 from oracles.plugin.fixtures import Runs
 from oracles.receipts.table import Receipt
 
-pytestmark = [pytest.mark.mtplx, pytest.mark.slow]
+pytestmark = [pytest.mark.mtplx, pytest.mark.slow, pytest.mark.builtin_pin("mtp-twin")]
 
 PIN = "mtp-twin"
 LIBRARIES = ["torch", "mlx-vlm-mtp"]

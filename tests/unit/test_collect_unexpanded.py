@@ -240,7 +240,8 @@ def test_off_under_m_imports_no_collection_module(pytester: pytest.Pytester) -> 
 
 def test_left_out_pairs_are_those_of_tests_m_may_select(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     """The header's (and receipt's) "left out" pairs come from the parametrization: under ``-m port`` the
-    vision pin's pair, which only the deselected clef tests would take, is no longer reported."""
+    pairs of the pins only deselected families take (the vision pin's, clef's; the DeepSeek-V4 twin's,
+    cohort's) are no longer reported."""
     def left_out() -> list[str]:
         result = pytester.runpytest("--pyargs", "oracles.suite", "-m", "port", "--collect-only", "-q", "--no-receipt")
         return [line for line in result.outlines if line.startswith("oracles: engine ")]
@@ -250,4 +251,4 @@ def test_left_out_pairs_are_those_of_tests_m_may_select(pytester: pytest.Pyteste
         without_shortcut(patch)
         full = left_out()
     assert fast and set(fast) < set(full), (fast, full)
-    assert all("qwen35-vl-twin" in line for line in set(full) - set(fast)), full
+    assert all("qwen35-vl-twin" in line or "deepseek-v4-twin" in line for line in set(full) - set(fast)), full

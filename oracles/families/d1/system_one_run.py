@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
 import numpy as np
-from PIL import Image
 
 from oracles.families.d1 import system_one as so
+
+if TYPE_CHECKING:
+    from PIL import Image
 
 
 class Reference(Protocol):
@@ -57,8 +59,10 @@ class Run:
     seconds: float = 0.0
 
 
-def pictures(request: so.Request) -> list[Image.Image]:
+def pictures(request: so.Request) -> list["Image.Image"]:
     """The request's pictures, loaded (RGB) from ``oracles/builtin/images``."""
+    from PIL import Image  # pillow comes with the torch and mlx extras; the dry suite runs without it
+
     out = []
     for name in request.images:
         with Image.open(so.IMAGES / name) as im:
