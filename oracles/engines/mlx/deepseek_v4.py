@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from oracles.engines.base import Engine, Prompt, Step, check_cohort, check_forward_length, hub_offline
+from oracles.engines.torch.cohort_dsv4 import NO_RESIDUAL_ROW
 
 if TYPE_CHECKING:
     from oracles.pins.pin import Pin
@@ -175,10 +176,14 @@ class MlxDeepseekV4Port(Engine):
     def forward(self, prompt: Prompt | Sequence[int], cache: Any | None = None, keep: int = 0,
                 layers: bool = False) -> Step:
         """``Step(logits [T, V], hidden [T, D])``: the final norm of mlx-vlm's hyper-connection head, and the
-        LM head of it. Raises Unsupported for ``layers=True`` (the residual stream is ``hc_mult`` streams)."""
-        mx = _mx()
+        LM head of it.
+
+        Raises:
+            Unsupported: ``layers=True`` (:data:`oracles.engines.torch.cohort_dsv4.NO_RESIDUAL_ROW`).
+        """
         if layers:
-            raise self._unsupported("return per-layer rows", "DeepSeek-V4's residual stream is hc_mult streams")
+            raise self._unsupported("return per-layer rows", NO_RESIDUAL_ROW)
+        mx = _mx()
         ids = self.text_ids(prompt)
         check_forward_length(self, self.cache_length(cache), len(ids))
         hidden = self.lm.model(mx.array([ids], dtype=mx.int32), cache)
@@ -186,6 +191,10 @@ class MlxDeepseekV4Port(Engine):
         logits = self.lm.lm_head(hidden)
         mx.eval(hidden, logits)
         return Step(logits=_to_numpy(logits[0]).astype("<f4"), hidden=_to_numpy(hidden[0]).astype("<f4"))
+
+    def taps(self, prompt: Prompt | Sequence[int]) -> Any:
+        """Raises Unsupported: no residual row per layer to tap (:data:`NO_RESIDUAL_ROW`)."""
+        raise self._unsupported("tap inside its layers", NO_RESIDUAL_ROW)
 
     def lm_head(self, hidden: np.ndarray) -> np.ndarray:
         mx = _mx()
@@ -247,6 +256,13 @@ class MlxDeepseekV4Port(Engine):
 
     def batch_variance(self) -> str | None:
         return BATCH_VARIANCE
+
+    def known_gap(self, oracle: str, any_pin: bool = False) -> str | None:
+        """mlx-vlm's measured failures on the execution families, by test name
+        (:data:`oracles.engines.mlx.deepseek_v4_gaps.KNOWN_GAPS`), on the pin they were measured on."""
+        from oracles.engines.mlx.deepseek_v4_gaps import known_gap
+
+        return known_gap(self.pin, oracle, any_pin)
 
     def resident_bytes(self, obj: Any) -> int:
         return sum(a.nbytes for a in self.cache_views(obj).values())

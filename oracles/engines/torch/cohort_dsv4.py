@@ -42,6 +42,26 @@ ROW_VARIANCE = (
 FIELDS = ("compressed_kv", "buffer_kv", "buffer_gate", "overlap_kv", "overlap_gate")
 
 
+#: Why neither engine gives DeepSeek-V4's per-layer residual (``forward(layers=True)``, taps, bisect): the
+#: contract's row ``[T, D]`` after a layer, whose final norm is the hidden state the head reads and which a
+#: layer's attention and MLP outputs add up to, does not exist in this architecture. transformers 5.24
+#: (``DeepseekV4DecoderLayer``, ``DeepseekV4HyperHead``) and mlx-vlm 0.7.10 alike keep ``hc_mult`` streams
+#: ``[T, hc_mult, D]`` between layers (the embedding copied into each), each block reads a learned,
+#: input-dependent mix of them (``pre``) and writes ``post * out + comb^T @ streams`` (a Sinkhorn-normalised
+#: mix, not a sum), and the head reads ``norm(hc_head(streams))``, a learned collapse: no one stream, nor
+#: their mean, is the row the head's norm reads.
+NO_RESIDUAL_ROW = ("DeepSeek-V4 keeps hc_mult residual streams [T, hc_mult, D] between layers, mixed by learned "
+                   "hyper-connections (a block writes post * out + comb^T @ streams, not stream + out; the head reads "
+                   "norm(hc_head(streams)), a learned input-dependent collapse), so no [T, D] row per layer is the "
+                   "residual stream the contract's layers, taps and bisect hold")
+
+
+def stream_refusal(decoder: Any) -> str | None:
+    """:data:`NO_RESIDUAL_ROW` for a DeepSeek-V4 decoder (transformers' ``DeepseekV4Model``: it has the
+    hyper-connection head ``hc_head``), None for a decoder whose layers pass one ``[T, D]`` residual."""
+    return NO_RESIDUAL_ROW if getattr(decoder, "hc_head", None) is not None else None
+
+
 def is_compressed(cache: Any) -> bool:
     """Whether ``cache`` (a transformers ``Cache``) holds a DeepSeek-V4 compressed layer."""
     return any(hasattr(layer, "compressed_kv") for layer in getattr(cache, "layers", ()))

@@ -48,11 +48,6 @@ def _as_list(value: Any) -> list[int]:
     return [int(v) for v in value] if isinstance(value, (list, tuple)) else [int(value)]
 
 
-def _tensor_out(output: Any) -> Any:
-    """A module's output tensor (decoder layers of some classes return a tuple headed by it)."""
-    return output[0] if isinstance(output, tuple) else output
-
-
 #: Names decoders give their final norm (Llama-like ``norm``; Phi-1/2 ``final_layernorm``; OPT-like
 #: ``final_layer_norm``), each the module whose output the LM head reads.
 FINAL_NORMS = ("norm", "final_layernorm", "final_layer_norm")
@@ -177,6 +172,7 @@ class TorchReference(TorchCohort):
         self.tied = bool(getattr(cfg, "tie_word_embeddings", False))
         self._decoder = self.model.get_decoder()
         self._norm = decoder_norm(self._decoder, self.pin, type(self.model).__name__)
+        self._streams = dsv4.stream_refusal(self._decoder)  # dsv4: no [T, D] residual row to tap
         self._captured: list[Any] = []
         self._layer_rows: list[Any] | None = None  # set while a layers=True forward runs
         self._norm.register_forward_hook(lambda _m, _i, out: self._captured.append(out))
@@ -186,8 +182,8 @@ class TorchReference(TorchCohort):
         self._vision = VisionPath(self) if is_vision_config(self.root) else None  # images and video
 
     def _tap_layer(self, _module: Any, _inputs: Any, output: Any) -> None:
-        if self._layer_rows is not None:
-            self._layer_rows.append(_tensor_out(output))
+        if self._layer_rows is not None:  # decoder layers of some classes return a tuple headed by the tensor
+            self._layer_rows.append(output[0] if isinstance(output, tuple) else output)
 
     def describe(self) -> dict[str, Any]:
         import torch
@@ -214,6 +210,8 @@ class TorchReference(TorchCohort):
                 layers: bool = False) -> Step:
         if self._vision is not None:
             return self._vision.forward(prompt, cache, keep, layers)
+        if layers and self._streams:
+            raise self._unsupported("return per-layer rows", self._streams)
         ids = self.text_ids(prompt)
         check_forward_length(self, self.cache_length(cache), len(ids))
         self._captured.clear()
