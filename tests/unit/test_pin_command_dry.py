@@ -146,6 +146,18 @@ def test_local_pin_is_verified_in_place(pin_project: Path, snapshot: Path, tmp_p
     assert result["files"] == 5 and not (tmp_path / "home").exists(), "nothing copied under $ORACLES_HOME"
 
 
+def test_several_pins_are_verified_in_order_and_dest_takes_one(pin_project: Path, snapshot: Path, oracles_cli: Any) -> None:
+    """``oracles materialize A B`` builds or verifies each in order in one process (one JSON result each);
+    ``--dest`` names one folder, so with two names it is refused before anything is built."""
+    assert oracles_cli("pin", "tiny", "--from", str(snapshot))[0] == 0
+    status, out, _ = oracles_cli("materialize", "tiny", "tiny")
+    results = [json.loads(part) for part in out.replace("}\n{", "}\0{").split("\0")]
+    assert status == 0 and [r["root"] for r in results] == [str(snapshot.resolve())] * 2
+    status, _, err = oracles_cli("materialize", "tiny", "tiny", "--dest", str(snapshot.parent / "elsewhere"))
+    assert status == 2 and "--dest takes one pin; got 2: tiny tiny" in error_line(err)
+    assert not (snapshot.parent / "elsewhere").exists()
+
+
 def test_snapshot_changed_since_pinned_is_one_line(pin_project: Path, snapshot: Path, oracles_cli: Any) -> None:
     assert oracles_cli("pin", "tiny", "--from", str(snapshot))[0] == 0
     data = bytearray((snapshot / "model.safetensors").read_bytes())
