@@ -21,9 +21,7 @@ Importing mlx_vlm replaces ``transformers``' ``Lfm2VlProcessor`` methods and def
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import platform
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
@@ -31,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from oracles.engines.base import Engine, Prompt, Step, as_prompt, check_forward_length, hub_offline
+from oracles.engines.mlx import mlx_vlm_unavailable
 
 if TYPE_CHECKING:
     from oracles.pins.pin import Pin
@@ -85,10 +84,7 @@ class MlxVlmD1(Engine):
 
     @classmethod
     def unavailable_reason(cls) -> str | None:
-        if importlib.util.find_spec("mlx") is None or importlib.util.find_spec("mlx_vlm") is None:
-            extra = "mlx[cpu]" if platform.system() == "Linux" else "mlx"
-            return f"mlx-vlm is not installed (pip install {extra}, then pip install --no-deps mlx-vlm==0.7.10)"
-        return None
+        return mlx_vlm_unavailable()
 
     @classmethod
     def unsupported_pin(cls, pin: Any) -> str | None:

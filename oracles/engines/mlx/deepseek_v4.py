@@ -24,7 +24,6 @@ import copy
 import importlib
 import importlib.util
 import json
-import platform
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
@@ -32,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from oracles.engines.base import Engine, Prompt, Step, check_cohort, check_forward_length, hub_offline
+from oracles.engines.mlx import mlx_vlm_unavailable
 from oracles.engines.torch.cohort_dsv4 import NO_RESIDUAL_ROW
 
 if TYPE_CHECKING:
@@ -116,11 +116,7 @@ class MlxDeepseekV4Port(Engine):
 
     @classmethod
     def unavailable_reason(cls) -> str | None:
-        if importlib.util.find_spec("mlx") is None or importlib.util.find_spec("mlx_vlm") is None:
-            extra = "mlx[cpu]" if platform.system() == "Linux" else "mlx"
-            return (f"mlx-vlm is not installed (pip install 'pytest-oracles[mlx-vlm]', which brings {extra}, then "
-                    f"pip install --no-deps mlx-vlm==0.7.10)")
-        return None
+        return mlx_vlm_unavailable()
 
     @classmethod
     def unsupported_pin(cls, pin: Any) -> str | None:

@@ -34,15 +34,14 @@ mlx and mlx-vlm are imported when the engine is built, so the registry can impor
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import platform
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
 from oracles.engines.base import Engine, Prompt, as_prompt, check_forward_length, hub_offline
+from oracles.engines.mlx import mlx_vlm_unavailable
 from oracles.engines.vision import MediaRun, VisionSpec, VisionStep, check_pads, split_rows
 
 if TYPE_CHECKING:
@@ -82,11 +81,7 @@ class MlxVlmPort(Engine):
 
     @classmethod
     def unavailable_reason(cls) -> str | None:
-        if importlib.util.find_spec("mlx") is None or importlib.util.find_spec("mlx_vlm") is None:
-            extra = "mlx[cpu]" if platform.system() == "Linux" else "mlx"
-            return (f"mlx-vlm is not installed (pip install 'pytest-oracles[mlx-vlm]', which brings {extra}, then "
-                    f"pip install --no-deps mlx-vlm==0.7.10)")
-        return None
+        return mlx_vlm_unavailable()
 
     @classmethod
     def unsupported_pin(cls, pin: Any) -> str | None:
