@@ -30,11 +30,14 @@ The npz sidecar is the one the JSON names, else the JSON's namesake ``<stem>.npz
 A comparison JSON is written exclusively, after every input is checked (a bad input is refused first): a
 taken ``--out`` is refused before anything is printed; the default name gains ``-2``, ``-3`` ... when taken
 (two comparisons in one second), never overwriting one.
-Exit status: 0 all held units within thresholds (or every matched unit graded); 1 a threshold passed,
-no unit matched or held, or (``--require-all``) a reference unit unmatched; 2 bad input (a receipt of
-another schema, one without units, an engine or pin the receipt lacks, the reference compared with its
-own records, a missing npz sidecar, a unit without its array, a malformed field: file, record and field
-named; a pin pair nothing judges, a pin not in the store, a band pair without band units). No torch import.
+Logits stored to an error (:mod:`oracles.receipts.logit_store`) are held by their figures' bounds
+(:mod:`oracles.checks.stored_bounds`): a threshold they leave open fails as ``undecided``, never passes.
+Exit status: 0 all held units within thresholds (or every matched unit graded); 1 a threshold passed or
+undecided, no unit matched or held, or (``--require-all``) a reference unit unmatched; 2 bad input (a
+receipt of another schema, one without units, an engine or pin the receipt lacks, the reference compared
+with its own records, a missing npz sidecar, a unit without its array or a coded array without a member,
+a malformed field: file, record and field named; a pin pair nothing judges, a pin not in the store, a
+band pair without band units). No torch import.
 """
 
 from __future__ import annotations
@@ -52,12 +55,15 @@ from oracles.receipts.compare_text import LEGEND, listing, summary_figures, tabl
 from oracles.receipts.files import dump_json, load_json, write_exclusive
 from oracles.receipts.sidecar import find_sidecar, load_npz
 from oracles.receipts.units import Unit
-from oracles.receipts.units_reader import no_units, unit_array, units_of
+from oracles.receipts.units_reader import no_units, unit_rows, units_of
 
-#: 4: each ``pins`` entry has its ``judgment`` (``kind``, ``dtype``, ``why``) and each row its ``tolerance``
-#: (and ``band``, the band's figures, under a band); 3: units keyed with their pin, rows name both pins
-#: and engines, ``pins`` holds one entry a pin pair.
-SCHEMA = 4
+#: 5: a row whose logits are stored to an error has ``stored_error`` (the bound on its stored logit
+#: differences) and ``bounds`` (``max_abs``, ``nmse``, ``kl_max``: [lower, upper] of the attached rows'
+#: figures); its figures are the stored rows' (argmax and bit equality exact), and a failure may read
+#: ``undecided``. 4: each ``pins`` entry has its ``judgment`` (``kind``, ``dtype``, ``why``) and each row
+#: its ``tolerance`` (and ``band``, the band's figures, under a band); 3: units keyed with their pin, rows
+#: name both pins and engines, ``pins`` holds one entry a pin pair.
+SCHEMA = 5
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -211,12 +217,12 @@ def _rows(pair: PinPair, args: argparse.Namespace, ref_npz: Any, port_npz: Any) 
     (exact), to each unit's band bound (band), or graded (its figures; no failure, status ``graded``).
 
     Raises:
-        ReceiptError: a unit without its array (:func:`oracles.receipts.units_reader.unit_array`), a band
+        ReceiptError: a unit without its array (:func:`oracles.receipts.units_reader.unit_rows`), a band
             unit whose rows do not fit (:func:`oracles.receipts.compare.band_bound`).
     """
     rows = []
     for r, p in pair.matched:
-        a, b = unit_array(r, ref_npz, args.ref), unit_array(p, port_npz, args.port)
+        a, b = unit_rows(r, ref_npz, args.ref), unit_rows(p, port_npz, args.port)
         if pair.judgment is None:
             row = compare_pair(r, p, a, b)
             row.update(tolerance=None, failures=[], held=[], status="graded", ok=None)
@@ -224,8 +230,9 @@ def _rows(pair: PinPair, args: argparse.Namespace, ref_npz: Any, port_npz: Any) 
             row = compare_pair(r, p, a, b)
         else:
             q = pair.band.get(r.key[:3])  # None only for a unit without an array: nothing for a bound to hold
-            bound, band = (FLOAT32, None) if q is None else band_bound(r, p, q, a, b, unit_array(q, ref_npz, args.ref))
-            row = compare_pair(r, p, a, b, bound, tokens_held=False)
+            bound, bound_hi, band = ((FLOAT32, None, None) if q is None else
+                                     band_bound(r, p, q, a, b, unit_rows(q, ref_npz, args.ref)))
+            row = compare_pair(r, p, a, b, bound, tokens_held=False, tolerance_hi=bound_hi)
             row["band"] = band
         rows.append(row)
     return rows
@@ -254,7 +261,9 @@ def run(args: argparse.Namespace) -> int:
     pairs = _pairs(args, ref_receipt, port_receipt)
     ref_npz_path, ref_note = find_sidecar(ref_receipt, args.ref)
     port_npz_path, port_note = find_sidecar(port_receipt, args.port)
-    ref_npz, port_npz = load_npz(ref_npz_path, args.ref), load_npz(port_npz_path, args.port)
+    ref_npz = load_npz(ref_npz_path, args.ref)
+    same = ref_npz_path is not None and port_npz_path is not None and ref_npz_path.resolve() == port_npz_path.resolve()
+    port_npz = ref_npz if same else load_npz(port_npz_path, args.port)  # one sidecar: its anchors are shared
     rows = {n: _rows(pair, args, ref_npz, port_npz) for n, pair in enumerate(pairs)}
     _refuse_taken(args.out)  # every input refusal above comes first: a bad input is the thing to fix
     every = [row for n in rows for row in rows[n]]

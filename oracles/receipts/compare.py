@@ -28,9 +28,15 @@ from oracles.checks.port import (
     readout_figures,
     threshold_failures,
 )
+from oracles.checks.stored_bounds import bounded_failures, exact_from_stats, figure_bounds
 from oracles.checks.tolerance import FLOAT32, Tolerance
 from oracles.errors import ReceiptError
+from oracles.receipts.logit_store import Rows, as_rows, difference_error
 from oracles.receipts.units import Key, Unit
+
+#: A unit's logits as a reader holds them: stored rows with their error and exact statistics, or a
+#: float32 array taken as attached (error 0).
+Logits = Rows | np.ndarray
 
 
 def by_key(units: list[Unit], path: Path) -> dict[Key, Unit]:
@@ -232,37 +238,71 @@ def held_rows(r: Unit, p: Unit, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarra
     return a[:n], b[:n]
 
 
-def _logits(row: dict[str, Any], r: Unit, p: Unit, a: np.ndarray, b: np.ndarray,
-            tolerance: Tolerance) -> tuple[list[str], bool]:
+def _held(r: Unit, p: Unit, a: Rows, b: Rows) -> tuple[np.ndarray, np.ndarray, int] | str:
+    """:func:`held_rows` of the two units' values, and how many rows that is (their statistics' rows)."""
+    rows = held_rows(r, p, a.values, b.values)
+    if isinstance(rows, str):
+        return rows
+    return rows[0], rows[1], rows[0].reshape(-1, rows[0].shape[-1]).shape[0]
+
+
+def _bounded(r: Unit, p: Unit, a: Rows, b: Rows) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any],
+                                                          tuple[np.ndarray, np.ndarray]] | str:
+    """The figures of the held rows (exact where the statistics decide them: :func:`exact_from_stats`)
+    and their lower and upper bounds (:func:`figure_bounds`), with the held rows; or why none are held.
+
+    Raises:
+        ValueError: :func:`oracles.checks.port.port_figures`'s (shapes, a non-finite value).
+    """
+    held = _held(r, p, a, b)
+    if isinstance(held, str):
+        return held
+    ra, pb, n = held
+    fig = exact_from_stats(port_figures(ra, pb), a.stats.rows(n), b.stats.rows(n))
+    lo, hi = figure_bounds(ra, pb, a.error, b.error, difference_error(a, b), fig)
+    return fig, lo, hi, (ra, pb)
+
+
+def _logits(row: dict[str, Any], r: Unit, p: Unit, a: Rows, b: Rows, tolerance: Tolerance,
+            tolerance_hi: Tolerance | None) -> tuple[list[str], bool]:
     """Hold the units' held rows (:func:`held_rows`) to ``tolerance``, adding the figures to ``row``.
+    Rows stored to an error are held by their figures' bounds (:func:`bounded_failures`): a threshold
+    the bounds leave open is a failure saying so (``undecided``), never a pass.
 
     Returns:
         The failures (the first names the rows held and the first row over a threshold, with both
         values) and whether the logits were held (False when nothing could be compared).
     """
-    rows = held_rows(r, p, a, b)
-    if isinstance(rows, str):
-        row["logits"] = rows
-        return [], False
     try:
-        fig = port_figures(*rows)
+        got = _bounded(r, p, a, b)
     except ValueError as exc:
         return [str(exc)], False
+    if isinstance(got, str):
+        row["logits"] = got
+        return [], False
+    fig, lo, hi, rows = got
+    error = difference_error(a, b) if a.error or b.error else None
     row.update({k: fig[k] for k in ("max_abs", "nmse", "kl_mean", "kl_max", "bit_equal")})
+    if error is not None or tolerance_hi is not None:
+        row["stored_error"] = error
+        row["bounds"] = {k: [lo[k], hi[k]] for k in ("max_abs", "nmse", "kl_max")}
     fig, row["logits_at"] = _at_rows(fig, r, p)
+    lo, _ = _at_rows(lo, r, p)
+    hi, _ = _at_rows(hi, r, p)
     row["logits_rows"], row["max_abs_at"] = fig["rows"], fig["max_abs_at"]
     if r.keys is not None:
         row["argmax_agreement"] = fig["argmax_agreement"]
-    fails = threshold_failures(fig, tolerance=tolerance)
+    failed, undecided = bounded_failures(lo, hi, tolerance, tolerance_hi, error)
+    fails = failed + undecided
     if fails and r.spec.row != "slot":  # a d1 read-out's one row is its slot: nothing to name
         fails[0] = f"{r.spec.array} of {row['logits_at']}: {fails[0]}"
-        first = _first_row_over(*rows, r, tolerance) if fig["rows"] > 1 else ""
+        first = _first_row_over(*rows, r, tolerance) if fig["rows"] > 1 and failed else ""
         fails[0] += f"; {first}" if first else ""
     return fails, True
 
 
-def compare_pair(r: Unit, p: Unit, a: np.ndarray | None, b: np.ndarray | None, tolerance: Tolerance = FLOAT32,
-                 tokens_held: bool = True) -> dict[str, Any]:
+def compare_pair(r: Unit, p: Unit, a: Logits | None, b: Logits | None, tolerance: Tolerance = FLOAT32,
+                 tokens_held: bool = True, tolerance_hi: Tolerance | None = None) -> dict[str, Any]:
     """One comparison row of a matched pair (``r`` reference, ``p`` port, ``a``/``b`` their logits as
     :func:`oracles.receipts.units_reader.unit_array` returns them), held to ``tolerance`` (its name in
     ``row["tolerance"]``): figures, ``failures`` (one line each,
@@ -278,7 +318,13 @@ def compare_pair(r: Unit, p: Unit, a: np.ndarray | None, b: np.ndarray | None, t
     argmax check allows it (at the band's near tie), so divergent tokens fail nothing by themselves.
     ``status`` is ``"FAIL"`` (``ok`` False) when a failure is listed, ``"ok"`` (``ok`` True) when
     something was held and passed, and ``"recorded only"`` (``ok`` None) when nothing but the prompt
-    ids was held (a generation without a step); such a row can fail only on its prompt ids."""
+    ids was held (a generation without a step); such a row can fail only on its prompt ids.
+
+    Stored rows (:class:`~oracles.receipts.logit_store.Rows`) are held by their figures' bounds: exact
+    where the rows' statistics decide (argmax, bit equality), within the stored error elsewhere
+    (``stored_error``, ``bounds``), a threshold the bounds leave open failing as ``undecided``
+    (:func:`oracles.checks.stored_bounds.bounded_failures`). ``tolerance_hi``: the upper ends of
+    ``tolerance`` where it is itself bounded (a band computed from stored rows: :func:`band_bound`)."""
     row: dict[str, Any] = {"kind": r.kind, "unit": r.unit, "request_sha256": r.request_sha256, "label": r.label,
                            "ref_pin": r.pin, "port_pin": p.pin, "ref_engine": r.engine, "port_engine": p.engine,
                            "ref_test": r.test, "port_test": p.test, "ids_equal": r.ids == p.ids,
@@ -294,8 +340,8 @@ def compare_pair(r: Unit, p: Unit, a: np.ndarray | None, b: np.ndarray | None, t
             fails.append(f"greedy tokens diverge at {row['first_divergent_token']}")
     if r.keys is not None and not row["ids_equal"]:
         row["logits"] = "not compared: the rows' ids differ"
-    elif a is not None and b is not None:
-        logit_fails, compared = _logits(row, r, p, a, b, tolerance)
+    elif (ra := as_rows(a)) is not None and (pb := as_rows(b)) is not None:
+        logit_fails, compared = _logits(row, r, p, ra, pb, tolerance, tolerance_hi)
         fails += logit_fails
         held += ["logits"] if compared else []
     if r.keys is not None and p.keys is not None:
@@ -312,24 +358,40 @@ def compare_pair(r: Unit, p: Unit, a: np.ndarray | None, b: np.ndarray | None, t
     return row
 
 
-def band_bound(r: Unit, p: Unit, q: Unit, a: np.ndarray | None, b: np.ndarray | None,
-               c: np.ndarray | None) -> tuple[Tolerance, dict[str, Any] | None]:
+def band_bound(r: Unit, p: Unit, q: Unit, a: Logits | None, b: Logits | None,
+               c: Logits | None) -> tuple[Tolerance, Tolerance | None, dict[str, Any] | None]:
     """The bound of the pair ``r``/``p`` under a band, :func:`~oracles.checks.judgment.band_tolerance` of
     :data:`FLOAT32` and the figures (returned too: ``rows``, ``max_abs``, ``nmse``, ``kl_max``) of the
     reference's held rows (:func:`held_rows`) against the band unit ``q``'s leading rows, at most as many
-    (``c`` ``[n, V]`` or ``[V]`` float32: the band engine on the reference's ids and tokens, the rows the
+    (``c`` ``[n, V]`` or ``[V]``: the band engine on the reference's ids and tokens, the rows the
     port test measured it on). :data:`FLOAT32` and None where no logits are held.
+
+    Returns:
+        ``(bound, bound_hi, figures)``: where the reference or band rows are stored to an error, the
+        band's figures are bounds and so is the bound: ``bound`` from their lower ends, ``bound_hi``
+        from their upper (:func:`oracles.checks.stored_bounds.bounded_failures` holds a port to both);
+        ``bound_hi`` None when the figures are exact. ``figures`` adds ``stored_error`` then.
 
     Raises:
         ReceiptError: the band unit has no array, no row, or rows of another vocabulary (both shapes).
     """
-    rows = None if a is None or b is None else held_rows(r, p, a, b)
-    if rows is None or isinstance(rows, str):
-        return FLOAT32, None
-    ref_rows = rows[0].reshape(-1, rows[0].shape[-1])
-    band = None if c is None else c.reshape(-1, c.shape[-1])[: ref_rows.shape[0]]
-    if band is None or band.shape[0] == 0 or band.shape[-1] != ref_rows.shape[-1]:
+    ra, pb, rc = as_rows(a), as_rows(b), as_rows(c)
+    held = None if ra is None or pb is None else _held(r, p, ra, pb)
+    if held is None or isinstance(held, str):
+        return FLOAT32, None, None
+    ref_rows = held[0].reshape(-1, held[0].shape[-1])
+    band = None if rc is None else rc.values.reshape(-1, rc.values.shape[-1])[: ref_rows.shape[0]]
+    if rc is None or band is None or band.shape[0] == 0 or band.shape[-1] != ref_rows.shape[-1]:
         raise ReceiptError(f"{q.test}: band unit {q.kind} {q.label} of engine {q.engine} on pin {q.pin} has logits "
-                           f"{None if c is None else list(c.shape)}, not rows of the reference's {list(rows[0].shape)}")
-    fig = port_figures(ref_rows[: band.shape[0]], band)
-    return band_tolerance(FLOAT32, fig), {k: fig[k] for k in ("rows", "max_abs", "nmse", "kl_max")}
+                           f"{None if rc is None else list(rc.values.shape)}, not rows of the reference's {list(held[0].shape)}")
+    n = band.shape[0]
+    assert ra is not None
+    fig = exact_from_stats(port_figures(ref_rows[:n], band), ra.stats.rows(n), rc.stats.rows(n))
+    g = difference_error(ra, rc)
+    lo, hi = figure_bounds(ref_rows[:n], band, ra.error, rc.error, g, fig)
+    keep = ("rows", "max_abs", "nmse", "kl_max")
+    out = {k: fig[k] for k in keep}
+    if ra.error == 0 and rc.error == 0:
+        return band_tolerance(FLOAT32, fig), None, out
+    out["stored_error"] = g
+    return band_tolerance(FLOAT32, lo), band_tolerance(FLOAT32, hi), out

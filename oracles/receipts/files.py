@@ -162,22 +162,26 @@ def load_json(path: Path) -> Any:
 def pack_arrays(staging: Path, npz: Path) -> int:
     """Pack every ``*.npy`` in ``staging`` into one npz sidecar, written exclusively; remove staging.
 
-    Returns the number of arrays packed (0 writes no file).
+    Unit logits (staged with ``<key>.logits.json``) are stored coded, the other arrays as attached
+    (:func:`oracles.receipts.logit_store.pack`). Returns the number of arrays packed (0 writes no file).
 
     Raises:
-        ReceiptError: when ``npz`` exists or cannot be written.
+        ReceiptError: when ``npz`` exists or cannot be written, or a staged logit array is not ``[V]`` or
+            ``[R, V]`` rows.
     """
-    files = sorted(staging.glob("*.npy")) if staging.is_dir() else []
-    if files:
-        import io
+    files = sorted(staging.glob("*")) if staging.is_dir() else []
+    if any(f.suffix == ".npy" for f in files):
+        from oracles.receipts.logit_store import pack  # numpy only when there are arrays
 
-        import numpy as np  # only when there are arrays: a run without any need not import numpy
-
-        buf = io.BytesIO()
-        np.savez(buf, **{f.stem: np.load(f, allow_pickle=False) for f in files})
-        write_exclusive(npz, buf.getvalue())
+        try:
+            data, count = pack(staging)
+        except ValueError as exc:
+            raise ReceiptError(f"{npz}: a staged logit array cannot be stored: {exc}") from exc
+        write_exclusive(npz, data)
+    else:
+        count = 0
     for f in files:
         f.unlink()
     if staging.is_dir():
         staging.rmdir()
-    return len(files)
+    return count

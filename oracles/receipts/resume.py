@@ -176,18 +176,25 @@ class ArraySource:
             return set()
         import zipfile
 
+        from oracles.receipts.logit_store import array_keys
+
         try:
             with zipfile.ZipFile(self.npz) as zf:
-                return {n.removesuffix(".npy") for n in zf.namelist()}
+                return array_keys(zf.namelist())
         except (OSError, zipfile.BadZipFile):
             return set()
 
     def copy_into(self, keys: set[str], staging: Path) -> None:
         """Write each of ``keys`` to ``staging/<key>.npy`` (where ``receipt.array`` puts this run's),
-        unless this run wrote it already. Raises OSError/ValueError on an unreadable source."""
+        unless this run wrote it already. A unit's logits stored coded are carried decoded, with their
+        group, their error and the exact statistics of the rows first attached
+        (:data:`oracles.receipts.logit_store.STAGED`), so the new sidecar states the error from those
+        rows, never from the decoded ones. Raises OSError/ValueError on an unreadable source."""
         import shutil
 
         import numpy as np
+
+        from oracles.receipts.logit_store import STAGED, LogitStore
 
         wanted = sorted(k for k in keys & self.keys if not (staging / f"{k}.npy").exists())
         if not wanted:
@@ -195,12 +202,24 @@ class ArraySource:
         staging.mkdir(parents=True, exist_ok=True)
         if self.folder is not None:
             for key in wanted:
+                if (self.folder / f"{key}{STAGED}").is_file():
+                    shutil.copyfile(self.folder / f"{key}{STAGED}", staging / f"{key}{STAGED}")
                 shutil.copyfile(self.folder / f"{key}.npy", staging / f"{key}.npy")
             return
         assert self.npz is not None
         with np.load(self.npz, allow_pickle=False) as packed:
+            store = LogitStore(packed)
             for key in wanted:
-                np.save(staging / f"{key}.npy", packed[key], allow_pickle=False)
+                info = store.meta(key)
+                if info is None:  # stored as attached
+                    np.save(staging / f"{key}.npy", packed[key], allow_pickle=False)
+                    continue
+                got = store.rows(key)
+                carried = {"group": info.get("group"), "carried_error": got.error,
+                           "stats": {"argmax": got.stats.argmax.tolist(), "gap": got.stats.gap.tolist(),
+                                     "sha": [bytes(r).hex() for r in got.stats.sha]}}
+                (staging / f"{key}{STAGED}").write_text(json.dumps(carried), encoding="utf-8")
+                np.save(staging / f"{key}.npy", got.values, allow_pickle=False)
 
 
 def plan_carry(path: Path, records: dict[str, TestRecord]) -> tuple[ArraySource, list[dict[str, str]]]:

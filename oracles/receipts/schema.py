@@ -2,7 +2,7 @@
 
 Built once per run, on the controller, after every test reported (:meth:`RunReceipt.build`), and
 written as JSON (:meth:`RunReceipt.to_json`) with the layout receipts of this schema always had; the
-fields added since (``ran_nothing``, ``plugin_fields``) are read as empty from a receipt without them
+fields added since (``ran_nothing``, ``plugin_fields``, ``port_scope``) are read as empty from a receipt without them
 (:meth:`RunReceipt.from_json`), so older receipts of the schema still load.
 """
 
@@ -31,8 +31,9 @@ class RunFacts:
     """What the receipt says about the run as a whole, gathered by the session: ``invocation`` (args,
     options as given), ``environment`` (:mod:`oracles.receipts.environment`), ``events`` (pins verified,
     engines loaded), ``resume`` (``resumed_from``, ``resume_unchecked``, ``resume_not_carried``),
-    ``left_out`` (pairs the parametrization left out), ``engine_of`` (nodeid -> (engine id, pin) of the
-    tests that run on one engine), ``plugin_fields`` (a project's fields, by plugin)."""
+    ``left_out`` (pairs the parametrization left out), ``port_scope`` (the tests ``--port-records`` left out
+    of the collection, per port: :meth:`oracles.families.port_scope.LeftOut.to_json`), ``engine_of``
+    (nodeid -> (engine id, pin) of the tests that run on one engine), ``plugin_fields`` (a project's fields, by plugin)."""
 
     invocation: dict[str, Any]
     environment: dict[str, Any]
@@ -40,6 +41,7 @@ class RunFacts:
     resume: dict[str, Any] = field(default_factory=dict)
     collection_errors: list[dict[str, Any]] = field(default_factory=list)
     left_out: list[dict[str, Any]] = field(default_factory=list)
+    port_scope: dict[str, Any] = field(default_factory=dict)
     engine_of: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     plugin_fields: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -50,7 +52,8 @@ class RunReceipt:
     ``checks``: their table (:func:`~oracles.receipts.table.checks_table`); ``all_ok``: no check failed,
     one passed, every collected test ran and no engine ran nothing; ``ran_nothing``: each engine whose
     every test was skipped or not run (:func:`ran_nothing`); ``arrays``: the npz sidecar's file name,
-    None when no test attached an array; ``plugin_fields``: a project's fields by plugin name
+    None when no test attached an array; ``port_scope``: the port tests ``--port-records`` left out of the
+    collection (setting, and per port the count, the records and why); ``plugin_fields``: a project's fields by plugin name
     (hook ``pytest_oracles_receipt_fields``)."""
 
     schema_version: int
@@ -73,6 +76,7 @@ class RunReceipt:
     all_ok: bool
     ran_nothing: list[dict[str, Any]] = field(default_factory=list)
     left_out: list[dict[str, Any]] = field(default_factory=list)
+    port_scope: dict[str, Any] = field(default_factory=dict)
     arrays: str | None = None
     plugin_fields: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -96,17 +100,19 @@ class RunReceipt:
             # A cut run (deadline, Ctrl-C) is not "all ok" even when every test it ran passed, nor is a run
             # where an engine it selected made no check at all (each of its tests skipped).
             all_ok=all_ok(table) and not not_run and not idle,
-            ran_nothing=idle, left_out=facts.left_out, arrays=arrays, plugin_fields=facts.plugin_fields)
+            ran_nothing=idle, left_out=facts.left_out, port_scope=facts.port_scope, arrays=arrays,
+            plugin_fields=facts.plugin_fields)
 
     def to_json(self) -> dict[str, Any]:
         """The receipt as strict-JSON-ready dict, fields in declaration order; ``arrays`` only when a
-        sidecar was written and ``plugin_fields`` only when a plugin gave some (as receipts of this
-        schema always had them)."""
+        sidecar was written, ``plugin_fields`` only when a plugin gave some and ``port_scope`` only when
+        the scope left a test out (as receipts of this schema always had them)."""
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         if out["arrays"] is None:
             del out["arrays"]
-        if not out["plugin_fields"]:
-            del out["plugin_fields"]
+        for optional in ("plugin_fields", "port_scope"):
+            if not out[optional]:
+                del out[optional]
         return out
 
     @classmethod

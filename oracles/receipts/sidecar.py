@@ -1,4 +1,5 @@
-"""A receipt's npz sidecar: which file holds its arrays, opened lazily without pickles."""
+"""A receipt's npz sidecar: which file holds its arrays, opened lazily without pickles (its stored logits
+read through :class:`oracles.receipts.logit_store.LogitStore`)."""
 
 from __future__ import annotations
 
@@ -36,14 +37,17 @@ def find_sidecar(receipt: dict[str, Any], path: Path) -> tuple[Path | None, str 
 
 
 def load_npz(npz: Path | None, path: Path) -> Any:
-    """The npz sidecar ``npz`` of receipt ``path`` opened (lazily, no pickles), or None when ``npz`` is None.
+    """The npz sidecar ``npz`` of receipt ``path`` opened (lazily, no pickles) as a
+    :class:`oracles.receipts.logit_store.LogitStore`, or None when ``npz`` is None.
 
     Raises:
         ReceiptError: the file is not a readable npz archive (both files named).
     """
     if npz is None:
         return None
+    from oracles.receipts.logit_store import LogitStore
+
     try:
-        return np.load(npz, allow_pickle=False)
+        return LogitStore(np.load(npz, allow_pickle=False))
     except (OSError, ValueError, zipfile.BadZipFile) as exc:
         raise ReceiptError(f"{path}: field 'arrays': npz sidecar {npz} cannot be read: {exc}") from exc

@@ -24,8 +24,11 @@ from oracles.receipts.files import load_json
 #: 2: comparable units are declared records under a test's ``data.units`` (:mod:`oracles.receipts.units`), no
 #: longer loose fields of its data. 3: a prefill, decode or generation unit carries every row its
 #: family's port test holds (``logits`` ``[T, V]``, ``step_logits`` ``[S, V]``), no longer the last row
-#: alone (``last_logits`` ``[V]``). A reader refuses a receipt of another schema.
-SCHEMA_VERSION = 3
+#: alone (``last_logits`` ``[V]``). 4: the npz sidecar stores unit logits as 2-byte codes with their
+#: error and exact per-row statistics (``<key>~meta`` and its members: :mod:`oracles.receipts.logit_store`),
+#: no longer as float32 arrays under ``<key>``, and a sampled generation its first step alone. A reader
+#: refuses a receipt of another schema.
+SCHEMA_VERSION = 4
 
 #: Every outcome a test record can have. ``crashed``: the worker died mid-test; ``timeout``:
 #: pytest-timeout stopped it; ``not_run``: it never started (``--deadline``, or the run was cut short).
@@ -122,6 +125,12 @@ def _owner_of(head: str) -> str:
 def _owner(nodeid: str) -> str:
     """What holds the test function: ``"tests/x.py::TestA::test_b[p]"`` -> ``"x::TestA"``."""
     return _owner_of(nodeid.partition("[")[0].rpartition("::")[0])
+
+
+def check_name(nodeid: str, check: str, table: Mapping[str, Any]) -> str:
+    """The row of ``table`` (a :func:`checks_table`) that counts the test ``nodeid`` of function ``check``:
+    ``check``, or ``module::check`` / ``module::Class::check`` where two owners share the name."""
+    return check if check in table else f"{_owner(nodeid)}::{check}"
 
 
 def checks_table(records: Iterable[TestRecord]) -> dict[str, dict[str, Any]]:
@@ -244,7 +253,17 @@ class Receipt:
         for key, value in {**(values or {}), **kw}.items():
             self[key] = value
 
-    def array(self, name: str, a: Any) -> None:
+    def array(self, name: str, a: Any, *, logits_group: str | None = None) -> None:
+        """Stage ``a`` for the npz sidecar under ``<test>::<name>`` and attach its key, shape and dtype.
+
+        ``logits_group``: ``a`` is a unit's logits (:func:`oracles.receipts.units.attach_unit` passes the
+        unit's request and unit, so every kind of one request codes on the others: a decode and a
+        generation of one record), stored coded with the other arrays of its group
+        (:mod:`oracles.receipts.logit_store`); other arrays are stored as attached.
+
+        Raises:
+            TypeError: an object array.
+        """
         import hashlib
 
         import numpy as np
@@ -256,6 +275,10 @@ class Receipt:
         safe = hashlib.sha256(key.encode()).hexdigest()[:16] + "_" + "".join(c if c.isalnum() else "_" for c in name)
         if self._staging is not None:
             self._staging.mkdir(parents=True, exist_ok=True)
+            if logits_group is not None:  # before the array: the packer codes an array whose group it sees
+                from oracles.receipts.logit_store import STAGED
+
+                (self._staging / f"{safe}{STAGED}").write_text(json.dumps({"group": logits_group}), encoding="utf-8")
             np.save(self._staging / f"{safe}.npy", arr, allow_pickle=False)
         self._data.setdefault("arrays", {})[name] = {"npz_key": safe, "shape": list(arr.shape), "dtype": arr.dtype.str}
 

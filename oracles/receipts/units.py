@@ -72,20 +72,30 @@ class Kind:
         """The declared shape of the array, as messages write it: ``[V]``, ``[1, V]``, ``[S, V]``."""
         return "[V]" if self.rows is None else f"[{self.rows}, V]"
 
-    def shape_problem(self, shape: tuple[int, ...], argmax: Sequence[int] | None) -> str | None:
+    def shape_problem(self, shape: tuple[int, ...], argmax: Sequence[int] | None, stored: bool = False) -> str | None:
         """Why an array of ``shape`` is not this kind's (:attr:`shape`), or None when it is.
 
         ``argmax``: the unit's per-row argmax; a kind with a letter for ``rows`` holds one row per entry.
-        Every row needs at least one logit.
+        ``stored``: the array as the sidecar holds it (:meth:`stored_rows`: a kind holding its first row
+        stores that row alone). Every row needs at least one logit.
         """
         if isinstance(self.rows, str):
             n: int | None = len(argmax or ())
             want = f"{self.shape} with {self.rows} = {n}, one row per entry of the unit's argmax"
+            if stored and self.held == "first":
+                n = min(n or 0, 1)
+                want = f"[{n}, V], the first of the unit's {len(argmax or ())} rows (the row compare holds)"
         else:
             n, want = self.rows, self.shape
         if len(shape) != (1 if n is None else 2) or (n is not None and shape[0] != n) or shape[-1] == 0:
             return f"has shape {list(shape)}, not {want}"
         return None
+
+    def stored_rows(self, arr: np.ndarray) -> np.ndarray:
+        """The rows of an attached array the sidecar stores: those ``oracles compare`` holds when they
+        are fixed at attach time (``held`` ``first``: row 0, a sampled generation's later steps follow a
+        draw and are recorded by their tokens), else every row."""
+        return arr[:1] if self.held == "first" and arr.ndim == 2 else arr
 
 
 def _kind(name: str, holds: str, carries: str, array: str, family: str, row: str, **kw: Any) -> Kind:
@@ -103,7 +113,8 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
                              "(none when no step ran)", "tokens argmax", "step_logits", "mtplx", "step", rows="S",
           array_required=False, greedy=True, held="prefix"),
     _kind("generate-sampled", "the engine's own seeded sampled generation: as generate-greedy, its tokens only "
-                              "recorded, its first step held", "tokens argmax", "step_logits", "mtplx", "step",
+                              "recorded, its first step held (the one row stored)", "tokens argmax", "step_logits",
+          "mtplx", "step",
           rows="S", array_required=False, held="first"),
     _kind("chat", "one chat turn through the live cache: the suffix ids, the greedy tokens, the warm next-token "
                   "logits [V]", "tokens", "warm_logits", "mtplx_chat", "turn", greedy=True, unit="turn<n>"),
@@ -372,12 +383,12 @@ def attach_unit(receipt: Receipt, kind: str, *, request_sha256: str, pin: str, e
     except (TypeError, ValueError) as exc:
         raise type(exc)(f"{where}: {exc}") from None
     stored = list(receipt.get(DATA_KEY) or [])
-    if any(parse_unit(u).key == new.key for u in stored):
+    if any(parse_unit(u).key == new.key and parse_unit(u).engine == engine for u in stored):
         raise ValueError(f"{where}: this test already attached a {kind} unit of request {request_sha256[:12]} on "
-                         f"pin {pin!r}; a unit is attached once")
+                         f"pin {pin!r} for engine {engine!r}; a unit is attached once per engine")
     for role, arr in arrs.items():
         name = f"units[{len(stored)}].{role}"
-        receipt.array(name, arr)
+        receipt.array(name, new.spec.stored_rows(arr), logits_group=f"{request_sha256} {unit}")
         obj["arrays"][role] = receipt["arrays"][name]["npz_key"]
     done = replace(new, arrays=dict(obj["arrays"]))
     receipt.put_units([*stored, done.to_json()])

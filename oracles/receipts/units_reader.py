@@ -1,5 +1,6 @@
 """The one reader of comparable units: every unit of a receipt (:func:`units_of`), checked against its
-kind's declaration (:mod:`oracles.receipts.units`), and a unit's logits from the npz sidecar (:func:`unit_array`).
+kind's declaration (:mod:`oracles.receipts.units`), and a unit's logits from the npz sidecar (:func:`unit_rows`,
+:func:`unit_array`).
 Numpy only.
 """
 
@@ -14,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from oracles.errors import ReceiptError
+from oracles.receipts.logit_store import Rows
 from oracles.receipts.table import SCHEMA_VERSION
 from oracles.receipts.units import ATTACHED_BY, DATA_KEY, BadField, Unit, parse_unit
 
@@ -25,7 +27,8 @@ def check_schema(receipt: Any, path: Path) -> None:
         ReceiptError: not a JSON object with a ``tests`` list, or ``schema_version`` is not
             :data:`oracles.receipts.table.SCHEMA_VERSION` (a receipt of schema 1 holds its units as loose
             fields of a test's data, one of schema 2 the last row of a prefill, decode or generation
-            alone: no reader guesses at either).
+            alone, one of schema 3 its logits as float32 arrays where this schema reads codes: no reader
+            guesses at any).
     """
     if not isinstance(receipt, dict):
         raise ReceiptError(f"{path}: not a receipt (a JSON object with a 'tests' list)")
@@ -86,12 +89,18 @@ def no_units(receipt: dict[str, Any], path: Path) -> str:
             f"and attaches none)")
 
 
-def unit_array(u: Unit, npz: Any, path: Path) -> np.ndarray | None:
-    """The unit's logits (its kind's declared array) as float32, or None when it carries none.
+def unit_rows(u: Unit, store: Any, path: Path) -> Rows | None:
+    """The unit's logits (its kind's declared array) as stored, or None when it carries none.
+
+    Args:
+        store: the receipt's sidecar (:class:`oracles.receipts.logit_store.LogitStore`), or None.
 
     Returns:
-        float32 shaped as :data:`oracles.receipts.units.KINDS` declares for ``u.kind``: ``[V]``, ``[1, V]``, or
-        ``[T, V]``/``[S, V]`` with one row per entry of ``u.argmax`` (:meth:`oracles.receipts.units.Kind.shape_problem`).
+        :class:`oracles.receipts.logit_store.Rows`: ``values`` float32 shaped as
+        :data:`oracles.receipts.units.KINDS` declares for ``u.kind`` as stored (``[V]``, ``[1, V]``, or
+        ``[T, V]``/``[S, V]`` with one row per entry of ``u.argmax``; a sampled generation its first
+        row: :meth:`oracles.receipts.units.Kind.shape_problem`), ``error`` the bound on their distance
+        from the attached float32 rows, ``stats`` those rows' exact argmax, top-2 gap and sha256.
 
     Raises:
         ReceiptError: the unit names an array the sidecar lacks or cannot read (or there is no
@@ -105,17 +114,28 @@ def unit_array(u: Unit, npz: Any, path: Path) -> np.ndarray | None:
     def bad(problem: str) -> ReceiptError:
         return ReceiptError(f"{path}: record {u.test}: unit {u.kind} {u.label}: field 'arrays.{spec.array}' {problem}")
 
-    if npz is None:
+    if store is None:
         raise bad("names an array, but the receipt has no npz sidecar (field 'arrays')")
-    if key not in npz:
+    if key not in store:
         raise bad(f"names npz key {key!r}, which the npz sidecar lacks")
     try:
-        a = np.asarray(npz[key])
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
+        got = store.rows(key)
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
         raise bad(f"names npz key {key!r}, which cannot be read: {exc}") from exc
+    a = got.values
     if a.dtype.kind != "f":
         raise bad(f"has dtype {a.dtype}, not a float array")
-    problem = spec.shape_problem(a.shape, u.argmax)
+    problem = spec.shape_problem(a.shape, u.argmax, stored=True)
     if problem:
         raise bad(problem)
-    return a.astype(np.float32)
+    return replace(got, values=a.astype(np.float32))
+
+
+def unit_array(u: Unit, store: Any, path: Path) -> np.ndarray | None:
+    """The values of :func:`unit_rows` (float32), or None when the unit carries no array.
+
+    Raises:
+        ReceiptError: as :func:`unit_rows`.
+    """
+    got = unit_rows(u, store, path)
+    return None if got is None else got.values

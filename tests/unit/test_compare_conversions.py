@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from oracles.checks.tolerance import FLOAT32
+
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 Q4, Q4_DEQUANT, BF16, FP32 = "smollm2-mlx-q4", "smollm2-mlx-q4-dequant", "smollm2-mlx-bf16", "smollm2-135m-instruct"
@@ -48,12 +50,22 @@ def test_a_quantized_port_passes_float32_against_its_dequantized_reference(recei
     code, result, text = _compare(receipt, tmp_path, dequantized, artifact)
     assert code == 0 and result["all_ok"], text
     assert result["pins"][0]["judgment"]["kind"] == "exact" and result["rows"][0]["tolerance"] == "float32", text
+    _decided_from_stored_rows(result)
+
+
+def _decided_from_stored_rows(result: dict[str, Any]) -> None:
+    """The receipt stores the logits coded (each row has its error and bounds), and every threshold is
+    decided by them: the verdict is the one the port test gave on the float32 rows (its run passed)."""
+    for row in result["rows"]:
+        assert "stored_error" in row and not any("undecided" in f for f in row["failures"]), row
+        assert row["bounds"]["max_abs"][1] < FLOAT32.max_abs_logit or row["tolerance"] != "float32", row
 
 
 def test_the_bfloat16_port_passes_its_band(receipt: Path, tmp_path: Path) -> None:
     code, result, text = _compare(receipt, tmp_path, FP32, BF16)
     assert code == 0 and result["all_ok"], text
     assert result["pins"][0]["judgment"]["kind"] == "band" and result["rows"][0]["tolerance"].startswith("band"), text
+    _decided_from_stored_rows(result)
 
 
 def test_the_4bit_port_against_float32_is_graded_not_judged(receipt: Path, tmp_path: Path) -> None:

@@ -41,7 +41,7 @@ def test_the_layout_is_schema_3s_with_the_new_fields_after_it() -> None:
     out = build([record("t.py::test_a[x]", "passed")]).to_json()
     keys = list(out)
     assert [k for k in keys if k in SCHEMA_3_KEYS] == SCHEMA_3_KEYS, keys
-    assert set(keys) - set(SCHEMA_3_KEYS) == {"ran_nothing"}, "plugin_fields only when a plugin gives some"
+    assert set(keys) - set(SCHEMA_3_KEYS) == {"ran_nothing"}, "plugin_fields, port_scope only when there are some"
     assert out["schema_version"] == SCHEMA_VERSION and out["all_ok"] is True and out["arrays"] == "x.npz"
     assert "arrays" not in build([record("t.py::test_a[x]", "passed")], arrays=None).to_json()
     json.dumps(out, allow_nan=False)  # strict JSON as it is
@@ -59,7 +59,7 @@ def test_a_receipt_without_the_fields_added_since_still_loads(tmp_path: Path) ->
 
 @pytest.mark.parametrize(("edit", "message"), [
     ({"tests": None}, "field 'tests' is missing from the receipt"),
-    ({"schema_version": 2}, "field 'schema_version' is 2, not 3"),
+    ({"schema_version": 3}, "field 'schema_version' is 3, not 4"),
 ])
 def test_a_receipt_missing_a_field_or_of_another_schema_is_refused(tmp_path: Path, edit: dict[str, Any],
                                                                    message: str) -> None:

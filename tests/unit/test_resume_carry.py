@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from inner_runs import DEADLINE
 
-from oracles.pins.pin import DEFAULT_PIN
+from oracles.families import DEFAULT_PIN
 from oracles.receipts.resume import npz_keys
 
 #: test_0 attaches arrays and passes, test_1 outlasts the deadline, test_2 (family d1) is never

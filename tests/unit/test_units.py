@@ -13,9 +13,10 @@ import pytest
 from units_fake import KEYS, PIN, V, logits, probs, slot
 
 from oracles.receipts.files import pack_arrays
+from oracles.receipts.sidecar import load_npz
 from oracles.receipts.table import SCHEMA_VERSION, Receipt
 from oracles.receipts.units import KINDS, attach_unit
-from oracles.receipts.units_reader import unit_array, units_of
+from oracles.receipts.units_reader import unit_array, unit_rows, units_of
 
 pytestmark = [pytest.mark.dry]
 
@@ -50,10 +51,14 @@ def test_units_round_trip(tmp_path: Path) -> None:
     units = units_of(json.loads(json.dumps(doc)), tmp_path / "r.json")
     assert [(u.key, u.label, u.test) for u in units] == [
         (("chat", SHA, "turn1", PIN), "story/turn1", NODE), (("chat", SHA, "turn2", PIN), "story/turn2", NODE)]
-    npz = np.load(tmp_path / "r.npz")
+    npz = load_npz(tmp_path / "r.npz", tmp_path / "r.json")
     for u, warm in zip(units, turns):
-        stored = unit_array(u, npz, tmp_path / "r.json")
-        assert stored is not None and np.array_equal(stored, warm)
+        stored = unit_rows(u, npz, tmp_path / "r.json")
+        assert stored is not None and stored.values.shape == warm.shape and 0 < stored.error < 1e-3
+        assert np.abs(stored.values.astype(np.float64) - warm).max() <= stored.error  # within its stated error
+        assert stored.stats.argmax.tolist() == [int(warm.argmax())]  # exact, from the attached row
+        again = unit_array(u, npz, tmp_path / "r.json")
+        assert again is not None and np.array_equal(again, stored.values)
         assert u.to_json() == data["units"][units.index(u)]
 
 

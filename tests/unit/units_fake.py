@@ -106,3 +106,28 @@ def edit(path: Path, fn: Any) -> None:
     doc = json.loads(path.read_text())
     fn(doc)
     path.write_text(json.dumps(doc))
+
+
+def near(row: dict[str, Any], name: str, attached: float, rel: float = 0.05) -> bool:
+    """Whether comparison row ``row``'s figure ``name`` is ``attached`` (the figure of the attached float32
+    rows) to ``rel``, widened by the stored rows' error where they were stored to one (``stored_error``)."""
+    return bool(abs(row[name] - attached) <= rel * abs(attached) + row.get("stored_error", 0.0))
+
+
+def replace_array(npz: Path, key: str, value: np.ndarray) -> None:
+    """Rewrite sidecar ``npz`` with ``value`` stored as attached under ``key`` (its coded members, if
+    any, dropped): a hand-edited sidecar, as another writer might leave one."""
+    from oracles.receipts.logit_store import SEP
+
+    with np.load(npz) as packed:
+        arrays = {k: packed[k] for k in packed.files if not k.startswith(f"{key}{SEP}")}
+    np.savez(npz, **{**arrays, key: value})
+
+
+def unit_key(npz: Path) -> str:
+    """The one array key of sidecar ``npz`` (coded or not)."""
+    from oracles.receipts.logit_store import array_keys
+
+    with np.load(npz) as packed:
+        (key,) = array_keys(packed.files)
+    return key
