@@ -17,11 +17,17 @@ by :mod:`oracles.pins.litert_script`:
 Either way the ``hidden`` output is required: the engine contract's ``Step.hidden`` is the final norm's
 output the head reads, and a graph that does not output it cannot be held to it (a graph exported with
 logits only is refused in one line saying how to convert one that does).
+
+:func:`read_file` reads the same details from the file itself, without the interpreter: the flatbuffer
+through ai-edge-litert's generated schema module (``schema_py_generated``, pure Python over
+``flatbuffers``), with the element count of its constant tensors per type, so ``oracles pin --from
+FILE.tflite`` can refuse a file and read its precision before anything loads it.
 """
 
 from __future__ import annotations
 
 import re
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +36,8 @@ from oracles.errors import PinError
 
 #: Signature -> {"inputs": {tensor: (shape, dtype)}, "outputs": {...}}.
 Details = dict[str, dict[str, dict[str, tuple[tuple[int, ...], str]]]]
+#: The flatbuffer's file identifier (bytes 4..8 of a ``.tflite``, tflite's schema.fbs ``file_identifier``).
+IDENTIFIER = b"TFL3"
 PREFILL = re.compile(r"prefill_(\d+)")
 DECODE = "decode"
 
@@ -88,6 +96,103 @@ def signature_details(interpreter: Any) -> Details:
                             for t, d in getter().items()}
                      for side, getter in (("inputs", runner.get_input_details), ("outputs", runner.get_output_details))}
     return out
+
+
+@dataclass(frozen=True)
+class FileContents:
+    """What :func:`read_file` reads from a ``.tflite``: its signature ``details`` (as
+    :func:`signature_details`), and ``constants``: elements of its constant tensors (each buffer once) by
+    dtype name, ``"int8 quantized"`` etc. for an integer tensor with quantization scales."""
+
+    details: Details
+    constants: dict[str, int]
+
+
+def read_file(path: Path) -> FileContents:
+    """The signatures and constant tensors of the ``.tflite`` at ``path``, read without the interpreter
+    (module docstring); the file is memory-mapped, its tensor data not copied.
+
+    Raises:
+        PinError: ai-edge-litert is not installed, the file is not a ``.tflite`` (its identifier named), or
+            it is truncated (a table or a buffer past its end); one line naming the file.
+    """
+    import mmap
+
+    try:
+        from ai_edge_litert import schema_py_generated as schema
+    except ImportError as exc:
+        raise PinError(f"{path}: reading a .tflite needs ai-edge-litert's schema ({exc}; pip install "
+                       "'pytest-oracles[litert]')") from None
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        head = fh.read(8)
+        if len(head) < 8 or head[4:8] != IDENTIFIER:
+            raise PinError(f"{path}: not a .tflite: bytes 4..8 are {head[4:8]!r}, not the identifier {IDENTIFIER!r}")
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            try:
+                return _contents(schema, schema.Model.GetRootAs(data, 0), size)
+            except (struct.error, IndexError, ValueError, TypeError, UnicodeDecodeError) as exc:
+                raise PinError(f"{path}: truncated or damaged: its flatbuffer cannot be read in its {size} bytes "
+                               f"({type(exc).__name__}: {exc})") from None
+
+
+def _contents(schema: Any, model: Any, size: int) -> FileContents:
+    """:class:`FileContents` of a parsed ``Model`` table (``size``: the file's bytes, for external buffers)."""
+    names = {v: k.lower() for k, v in vars(schema.TensorType).items() if not k.startswith("_")}
+    details: Details = {}
+    for i in range(model.SignatureDefsLength()):
+        sig = model.SignatureDefs(i)
+        graph = model.Subgraphs(sig.SubgraphIndex())
+
+        def tensors(n: int, get: Any, graph: Any = graph) -> dict[str, tuple[tuple[int, ...], str]]:
+            out = {}
+            for j in range(n):
+                entry = get(j)
+                t = graph.Tensors(entry.TensorIndex())
+                shape = tuple(int(d) for d in t.ShapeAsNumpy()) if t.ShapeLength() else ()
+                out[entry.Name().decode()] = (shape, names.get(t.Type(), f"type {t.Type()}"))
+            return out
+
+        details[sig.SignatureKey().decode()] = {"inputs": tensors(sig.InputsLength(), sig.Inputs),
+                                                "outputs": tensors(sig.OutputsLength(), sig.Outputs)}
+    constants: dict[str, int] = {}
+    seen: set[int] = set()
+    for g in range(model.SubgraphsLength()):
+        graph = model.Subgraphs(g)
+        for k in range(graph.TensorsLength()):
+            t = graph.Tensors(k)
+            b = t.Buffer()
+            if b == 0 or b in seen or not _holds_data(model.Buffers(b), size):
+                continue
+            seen.add(b)
+            quant = t.Quantization()
+            name = names.get(t.Type(), f"type {t.Type()}")
+            if quant is not None and quant.ScaleLength() and not name.startswith(("float", "bfloat")):
+                name += " quantized"
+            elements = 1
+            for d in (t.ShapeAsNumpy() if t.ShapeLength() else ()):
+                elements *= int(d)
+            constants[name] = constants.get(name, 0) + elements
+    return FileContents(details, constants)
+
+
+def _holds_data(buffer: Any, size: int) -> bool:
+    """Whether a ``Buffer`` table holds data: inline (its ``data`` vector, read through so a vector past the
+    file's end raises) or after the flatbuffer (``offset`` / ``size`` within the file's ``size`` bytes).
+
+    Raises:
+        ValueError: the buffer's data runs past the end of the file.
+    """
+    if buffer.Offset() > 1:
+        if buffer.Offset() + buffer.Size() > size:
+            raise ValueError(f"a buffer's data ends at byte {buffer.Offset() + buffer.Size()}")
+        return bool(buffer.Size())
+    n = buffer.DataLength()
+    if n:
+        view = buffer.DataAsNumpy()
+        if len(view) != n:
+            raise ValueError(f"a buffer of {n} bytes holds {len(view)}")
+    return bool(n)
 
 
 def read_layout(path: Path, details: Details) -> Layout | PlainLayout:

@@ -29,15 +29,14 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
-import json
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from oracles.engines.base import ContextTooShort, Engine, Generation, Prompt, Sampler, Step, check_forward_length, hub_offline
+from oracles.engines.artifact_port import ArtifactPort, artifact_of, dist_version
+from oracles.engines.base import ContextTooShort, Generation, Prompt, Sampler, Step, check_forward_length
 from oracles.engines.litert.artifact import Layout, PlainLayout, check_model, read_layout, signature_details
 from oracles.errors import PinError
 
@@ -56,10 +55,10 @@ class LiteRtCache:
 
 def tflite_of(pin: "Pin") -> str | None:
     """The pin's ``.tflite`` file (relative to its snapshot folder), or None when it lists none."""
-    return next((name for name in sorted(pin.files) if name.endswith(".tflite")), None)
+    return artifact_of(pin, ".tflite")
 
 
-class LiteRtPort(Engine):
+class LiteRtPort(ArtifactPort):
     """A pin's ``.tflite`` in ai-edge-litert's interpreter (``num_threads`` = ``threads`` or the
     runtime's default; the builtin op resolver with its default XNNPACK delegate).
 
@@ -75,6 +74,7 @@ class LiteRtPort(Engine):
     """
 
     id = "litert"
+    suffix, runtime_name, convert = ".tflite", "LiteRT", "convert one: a litert-convert:PIN pin"
 
     @classmethod
     def unavailable_reason(cls) -> str | None:
@@ -82,30 +82,15 @@ class LiteRtPort(Engine):
             return "ai-edge-litert is not installed (pip install 'pytest-oracles[litert]')"
         return None
 
-    @classmethod
-    def unsupported_pin(cls, pin: "Pin") -> str | None:
-        """A pin without a ``.tflite`` file (a safetensors snapshot, a GGUF), judged from the pin file."""
-        if tflite_of(pin) is None:
-            return f"LiteRT runs a .tflite artifact; pin {pin.name} lists none (convert one: a litert-convert:PIN pin)"
-        return None
-
     def __init__(self, root: Path, pin: "Pin", threads: int = 0) -> None:
         super().__init__(root, pin, threads)
-        hub_offline()
-        from transformers import AutoTokenizer
-
-        name = tflite_of(pin)
-        if name is None:
-            raise PinError(f"{pin.path}: field 'files' lists no .tflite file")
-        self.path = self.root / name
+        config = self.open_artifact()
         self.interpreter = load_interpreter(self.path, threads)
         self.layout = layout = read_layout(self.path, signature_details(self.interpreter))
         if layout.hidden is None:
             raise PinError(f"{self.path}: field 'signatures.{getattr(layout, 'prefill', '')}.outputs.hidden' is missing; the "
                            "engine contract returns the final norm's hidden state (convert with oracles.pins.litert)")
-        config = json.loads((self.root / "config.json").read_text(encoding="utf-8"))
-        self.tokenizer = AutoTokenizer.from_pretrained(self.root)
-        check_model(self.path, layout, config, len(self.tokenizer))
+        check_model(self.path, layout, config, self.tokenizer_size)
         self.vocab_size, self.hidden_size = layout.vocab, int(layout.hidden)
         names: tuple[str | None, ...]
         if isinstance(layout, PlainLayout):
@@ -114,7 +99,6 @@ class LiteRtPort(Engine):
             self.num_layers, rows, names = layout.num_layers, layout.kv_rows, (layout.prefill, layout.decode)
         positions = int(config.get("max_position_embeddings", 0) or 0)
         self.max_context = min(rows, positions) if positions else rows
-        self.eos_token_ids = frozenset(_eos_ids(self.root, config))
         self._runners = {n: self.interpreter.get_signature_runner(n) for n in names if n is not None}
 
     def describe(self) -> dict[str, Any]:
@@ -125,7 +109,7 @@ class LiteRtPort(Engine):
                                  if isinstance(layout, PlainLayout) else
                                  {"graph": "generative", "prefill_len": layout.prefill_len, "kv_rows": layout.kv_rows,
                                   "kv_cache_dtype": "float32"})
-        return {**super().describe(), "runtime": "ai-edge-litert", "ai_edge_litert": _version("ai-edge-litert"),
+        return {**super().describe(), "runtime": "ai-edge-litert", "ai_edge_litert": dist_version("ai-edge-litert"),
                 "dtype": "float32", "device": "cpu", "threads": self.threads or None,
                 "op_resolver": "AUTO (builtin ops, default XNNPACK delegate)", "xnnpack": True,
                 "file": self.path.name, "sha256": self.pin_file.files[self.path.name].sha256,
@@ -283,19 +267,7 @@ class LiteRtPort(Engine):
         if len(ids) + max_new_tokens - 1 > self.max_context:
             raise ContextTooShort(self.id, f"generate {max_new_tokens} tokens after {len(ids)}",
                                   f"the .tflite's KV cache holds {self.max_context} rows")
-        start = time.perf_counter()
-        cache = self.make_cache()
-        rows = [self.forward(ids, cache, keep=1).logits[0]]
-        first = time.perf_counter()
-        tokens = [int(np.argmax(rows[0]))]
-        while len(tokens) < max_new_tokens and tokens[-1] not in self.eos_token_ids:
-            rows.append(self.forward([tokens[-1]], cache, keep=1).logits[0])
-            tokens.append(int(np.argmax(rows[-1])))
-        end = time.perf_counter()
-        finish = "stop" if tokens[-1] in self.eos_token_ids else "length"
-        return Generation(tokens=tokens, text=self.decode(tokens), finish_reason=finish,
-                          step_logits=np.stack(rows).astype(np.float32), prefill_seconds=first - start,
-                          decode_seconds=end - first, extra={"loop": "greedy over the decode signature"})
+        return self.greedy_over_forward(ids, max_new_tokens, "greedy over the decode signature")
 
 
 def load_interpreter(path: Path, threads: int) -> Any:
@@ -315,16 +287,3 @@ def load_interpreter(path: Path, threads: int) -> Any:
         raise PinError(f"{path}: not a loadable .tflite ({path.stat().st_size} bytes): {str(exc).splitlines()[0]}") from None
 
 
-def _eos_ids(root: Path, config: dict[str, Any]) -> list[int]:
-    """generation_config.json's ``eos_token_id`` (an int or a list), else config.json's."""
-    gen = root / "generation_config.json"
-    value = json.loads(gen.read_text()).get("eos_token_id") if gen.is_file() else None
-    value = config.get("eos_token_id") if value is None else value
-    return [int(v) for v in (value if isinstance(value, list) else [value] if value is not None else [])]
-
-
-def _version(dist: str) -> str | None:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return None

@@ -10,6 +10,9 @@ its C API through CFFI), numpy float32 at the boundary.
 - generate: llama.cpp's sampler chain (greedy: ``llama_sampler_init_greedy``; else top-k, top-p,
   temperature, ``dist(seed)``), sampling from the context's last logits each step.
 - tokenizer and chat: llama.cpp's (:mod:`oracles.engines.llamacpp.tokenizer`).
+- taps: the residual stream, each layer's attention and MLP outputs and the norms before them, read from
+  llama.cpp's compute graph by its ``cb_eval`` callback in a context of their own
+  (:mod:`oracles.engines.llamacpp.taps`), for ``oracles bisect`` and the layer-tap checks.
 
 Settings (all in :meth:`LlamaCppPort.describe`): the KV cache type (``kv_type``: ``"f32"``, the
 default, which a float32 verdict needs, or ``"f16"``, llama.cpp's own default), ``threads``, ``n_ctx``
@@ -35,6 +38,7 @@ from oracles.errors import OracleError, PinError
 
 if TYPE_CHECKING:
     from oracles.engines.llamacpp.runtime import Context, Runtime
+    from oracles.engines.taps import Taps
     from oracles.pins.pin import Pin
 
 #: The distribution the library comes from.
@@ -182,8 +186,8 @@ class LlamaCppPort(Engine):
         ``keep > 0``), both from the same ``llama_decode``.
 
         Raises:
-            Unsupported: ``layers=True`` (llama.cpp's API gives the final norm's output and the logits only),
-                or a prompt with pictures.
+            Unsupported: ``layers=True`` (llama.cpp's API gives the final norm's output and the logits only;
+                :meth:`taps` reads the layers from its graph callback), or a prompt with pictures.
             ValueError: an empty prompt or one past :attr:`max_context`.
             OracleError: ``llama_decode`` fails.
         """
@@ -198,6 +202,24 @@ class LlamaCppPort(Engine):
         rows = min(keep, len(ids)) if keep > 0 else len(ids)
         logits, hidden = ctx.decode(ids, rows)
         return Step(logits=logits, hidden=hidden)
+
+    def taps(self, prompt: Prompt | Sequence[int]) -> "Taps":
+        """A cold prefill of ``prompt`` with the residual stream, each layer's attention and MLP outputs and
+        the norms before them, read from llama.cpp's graph as it computes them (its ``cb_eval`` callback,
+        in a context made for the call and freed after; the tensors and how they map:
+        :mod:`oracles.engines.llamacpp.taps`); logits and hidden states as :meth:`forward` reads them.
+
+        Raises:
+            Unsupported: a stage llama.cpp's graph for this architecture does not compute under the llama
+                graph's tensor name (the stage and the tensor named), or a prompt with pictures.
+            ValueError: an empty prompt or one past :attr:`max_context`.
+            OracleError: a tensor cannot be read as float32 on the CPU, or ``llama_decode`` fails.
+        """
+        from oracles.engines.llamacpp.taps import llamacpp_taps
+
+        ids = self.text_ids(prompt)
+        check_forward_length(self, 0, len(ids))
+        return llamacpp_taps(self.rt, ids, self.id)
 
     def make_cache(self) -> LlamaCache:
         """An empty cache: a new llama.cpp context with this engine's settings."""

@@ -103,13 +103,15 @@ class Runtime:
         found = self.lib.llama_model_chat_template(self.model, self.ffi.NULL)
         return None if found == self.ffi.NULL else str(self.ffi.string(found).decode("utf-8"))
 
-    def context(self) -> "Context":
-        """A new context with :attr:`settings` (module docstring).
+    def context(self, eval_callback: Any = None) -> "Context":
+        """A new context with :attr:`settings` (module docstring); ``eval_callback``: a CFFI callback of
+        type ``ggml_backend_sched_eval_callback`` set as the context's ``cb_eval`` (the graph callback
+        ``llama-eval-callback`` uses; :mod:`oracles.engines.llamacpp.taps`), kept alive by the context.
 
         Raises:
             OracleError: llama.cpp cannot make it (its reason quoted).
         """
-        return Context(self)
+        return Context(self, eval_callback)
 
 
 class Context:
@@ -118,7 +120,7 @@ class Context:
     ``length`` is the positions its KV cache holds (the next token's position).
     """
 
-    def __init__(self, rt: Runtime) -> None:
+    def __init__(self, rt: Runtime, eval_callback: Any = None) -> None:
         s, lib = rt.settings, rt.lib
         params = lib.llama_context_default_params()
         params.n_ctx, params.n_batch, params.n_ubatch, params.n_seq_max = s.n_ctx, s.n_batch, s.n_batch, 1
@@ -127,6 +129,9 @@ class Context:
         params.type_k = params.type_v = KV_TYPES[s.kv_type]
         params.flash_attn_type = 1 if s.flash_attn else 0
         params.embeddings, params.pooling_type = True, 0
+        self.eval_callback = eval_callback  # referenced for as long as llama.cpp may call it
+        if eval_callback is not None:
+            params.cb_eval, params.cb_eval_user_data = eval_callback, rt.ffi.NULL
         LOG.clear()
         self.ctx = lib.llama_init_from_model(rt.model, params)
         if self.ctx == rt.ffi.NULL:
