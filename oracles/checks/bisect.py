@@ -6,7 +6,8 @@ stage is the **first one whose error exceeds its budget while its input was with
 rule of coremltools' ``MLModelValidator.find_failing_ops``: an op is to blame when its output fails
 and its inputs pass, so an error carried in from upstream is not blamed on every later op). Inside
 the named layer, the attention (token mixer) and the MLP are told apart the same way: the attention
-reads the stream before the layer; the MLP reads the stream plus the attention's output.
+reads the stream before the layer; the MLP reads the stream plus the attention's output; where both
+engines tap the norms before them, each norm is a block of its own, read before its block.
 
 Error of a stage: the NMSE of each position's row, ``|port - ref|^2 / |ref|^2`` over the hidden
 axis, and its maximum over positions. Per row, because SmolLM2's residual stream carries a massive
@@ -20,6 +21,11 @@ Budgets are calibrated on the float32 noise floor between two faithful engines: 
     depth (stream row)     1        5        10       15       20       25       30
     torch vs MLX           2.5e-12  3.5e-12  1.5e-11  5.7e-12  1.0e-11  1.4e-11  2.8e-11
     final norm 2.5e-11; head (logits) 2.0e-10; attention / MLP outputs at most 1.4e-10 / 6.9e-11
+
+llama.cpp (b11739, CPU) on the F32 GGUF its converter makes of the same pin, against torch, measured
+the same way: the stream at most 2.2 times the floor below (depth 10), the final norm 0.29 and the head
+1.27 times; the norms before the attention and the MLP at most 1.9e-11, attention / MLP outputs
+4.9e-11 / 3.6e-11 (the norms share the attention's and MLP's budget).
 
 The floor grows about linearly with depth (accumulated reordering): ``bisect_floor_at_0`` +
 ``bisect_floor_per_layer`` x depth (fields of :class:`oracles.checks.tolerance.Tolerance`) bounds every
@@ -141,19 +147,35 @@ def first_divergent(found: list[Stage]) -> int | None:
     return None
 
 
+#: The blocks inside a decoder layer in the order they run: (verdict name, JSON key, array key). The
+#: norms count only where both engines tap them (``attn_norm`` / ``mlp_norm`` of
+#: :class:`oracles.engines.taps.Taps`).
+BLOCKS = (("attention norm", "attention_norm", "attn_norm"), ("attention", "attention", "attn"),
+          ("MLP norm", "mlp_norm", "mlp_norm"), ("MLP", "mlp", "mlp"))
+
+
 def inside_layer(layer: int, ref: dict[str, Any], port: dict[str, Any], *,
                  tolerance: Tolerance = FLOAT32) -> dict[str, Any]:
-    """Attention vs MLP inside decoder layer ``layer``: ``ref``/``port`` hold ``attn`` and ``mlp``
-    ``[L, T, D]``. The verdict is the first block over its budget in the order they run
-    (``"attention"``, ``"MLP"``), or ``"neither"`` when both are within (the layer's output differs
-    from the sum of its parts: a step after the blocks, such as a rounding of the output); the blocks'
-    budget from ``tolerance`` (:func:`sublayer_budget`)."""
+    """The blocks inside decoder layer ``layer``: ``ref``/``port`` hold ``attn`` and ``mlp`` ``[L, T, D]``,
+    and where both hold them ``attn_norm`` and ``mlp_norm`` ``[L, T, D]`` (the norms' outputs). The
+    verdict is the first block over its budget in the order they run (:data:`BLOCKS`: ``"attention
+    norm"``, ``"attention"``, ``"MLP norm"``, ``"MLP"``): each block reads the one before it, so the
+    first over budget is where the error enters the layer. ``"neither"`` when every block is within (the
+    layer's output differs from the sum of its parts: a step after the blocks, such as a rounding of the
+    output). Every block's budget is ``tolerance``'s (:func:`sublayer_budget`).
+    """
     limit = sublayer_budget(tolerance=tolerance)
-    attn = stage(f"layer {layer} attention", layer + 1, ref["attn"][layer], port["attn"][layer], limit)
-    mlp = stage(f"layer {layer} MLP", layer + 1, ref["mlp"][layer], port["mlp"][layer], limit)
-    verdict = "attention" if attn.over else "MLP" if mlp.over else "neither"
-    return {"attention": attn.to_json(), "mlp": mlp.to_json(), "verdict": verdict}
+    out: dict[str, Any] = {}
+    verdict = "neither"
+    for name, key, array in BLOCKS:
+        if ref.get(array) is None or port.get(array) is None:
+            continue
+        found = stage(f"layer {layer} {name}", layer + 1, ref[array][layer], port[array][layer], limit)
+        out[key] = found.to_json()
+        if found.over and verdict == "neither":
+            verdict = name
+    return {**out, "verdict": verdict}
 
 
-__all__ = ["Stage", "budget", "first_divergent", "inside_layer", "noise_floor", "row_nmse", "stage", "stages",
+__all__ = ["BLOCKS", "Stage", "budget", "first_divergent", "inside_layer", "noise_floor", "row_nmse", "stage", "stages",
            "sublayer_budget"]

@@ -60,7 +60,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def table(report: dict[str, Any]) -> list[str]:
-    """The report as text lines: one line a stage, then the verdict."""
+    """The report as text lines: one line a stage, then the verdict with the translations the port
+    needed (its ``translation_notes()``, as every port check's verdict names them), then the blocks
+    inside the named layer."""
+    from oracles.checks.bisect import BLOCKS
+
     head = (f"{report['port']} vs {report['reference']} on {report['pin']}, record {report['record']} "
             f"({report['tokens']} ids)")
     if report["cannot_localise"]:
@@ -72,14 +76,15 @@ def table(report: dict[str, Any]) -> list[str]:
             "  over" if s["over"] else "")
         lines.append(f"{s['name']:<12} {s['nmse']:>14.3e} {s['nmse_position']:>6} {s['budget']:>9.1e} {s['max_abs']:>10.3e} "
                      f"{s['cosine']:>12.9f}{flag}")
+    loaded = f" [port loaded with {'; '.join(report['translations'])}]" if report.get("translations") else ""
     if report["divergent"] is None:
-        lines.append("verdict: every stage within its budget")
+        lines.append(f"verdict: every stage within its budget{loaded}")
     else:
-        lines.append(f"verdict: the port first diverges at {report['divergent']}")
+        lines.append(f"verdict: the port first diverges at {report['divergent']}{loaded}")
     if report["inside"]:
-        a, m = report["inside"]["attention"], report["inside"]["mlp"]
-        lines.append(f"inside it: attention NMSE {a['nmse']:.3e}, MLP NMSE {m['nmse']:.3e} (budget {a['budget']:.1e}): "
-                     f"{report['inside']['verdict']}")
+        blocks = [(name, report["inside"][key]) for name, key, _array in BLOCKS if key in report["inside"]]
+        figures = ", ".join(f"{name} NMSE {b['nmse']:.3e}" for name, b in blocks)
+        lines.append(f"inside it: {figures} (budget {blocks[0][1]['budget']:.1e}): {report['inside']['verdict']}")
     return lines
 
 

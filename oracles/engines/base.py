@@ -28,10 +28,12 @@ import numpy as np
 
 from oracles.checks.tolerance import FLOAT32, Tolerance
 from oracles.engines.guards import check_cohort, check_fits, check_forward_length, pinned_config  # noqa: F401
+from oracles.engines.systems import MtpDrafting, SystemOneDecisions
 from oracles.engines.types import (  # noqa: F401
     ContextTooShort,
     EngineContractError,
     Generation,
+    MtpGeneration,
     Prompt,
     Sampler,
     Step,
@@ -49,13 +51,18 @@ if TYPE_CHECKING:
 #: What every engine has once built (:class:`Engine`'s docstring says what each is).
 REQUIRED_MEMBERS = ("id", "pin", "root", "pin_file", "vocab_size", "hidden_size", "num_layers", "eos_token_ids",
                     "max_context", "tokenizer")
+#: What every engine inherits with a default (a class sets its own where it differs); with
+#: :data:`REQUIRED_MEMBERS`, every member :class:`Engine` declares, each in one of the two.
+DEFAULTED_MEMBERS = ("devices", "reads_snapshot")
 #: The methods every engine implements (abstract here: a class without one cannot be built).
 CORE_METHODS = ("forward", "make_cache", "cache_length")
 
 
-class Engine(abc.ABC):
+class Engine(MtpDrafting, SystemOneDecisions, abc.ABC):
     """One framework's adapter. Subclasses set :attr:`id` and the model facts in ``__init__``, and
     implement :data:`CORE_METHODS` (:meth:`forward`, :meth:`make_cache`, :meth:`cache_length`).
+    The capabilities of a model's own system (MTP drafting: ``mtp_*``; System One decisions:
+    ``decision_*``) are inherited from :mod:`oracles.engines.systems`, refusing by default.
 
     Built as ``Engine(root, pin, threads)``: ``root`` the verified snapshot folder, ``pin`` its loaded
     :class:`oracles.pins.pin.Pin` (``oracles.pins.pin.load_pin(name)``), ``threads`` the intra-op
@@ -83,14 +90,19 @@ class Engine(abc.ABC):
     ``chat_template`` (a transformers tokenizer and mlx-lm's ``TokenizerWrapper`` are one).
 
     What :meth:`forward`, :meth:`decode_cohort`, :meth:`lm_head`, :meth:`final_norm`,
-    :meth:`generate` and :meth:`speculative` return is checked on every call of an engine the plugin
-    built (:func:`oracles.engines.contract.install_checks`): a wrong type, shape or dtype raises
+    :meth:`generate`, :meth:`speculative`, the buffer and digest methods and the system capabilities
+    return is checked on every call of an engine the plugin built
+    (:func:`oracles.engines.contract.install_checks`): a wrong type, shape or dtype raises
     :class:`oracles.engines.types.EngineContractError` naming engine, method and field.
     """
 
     id: ClassVar[str] = ""
     #: Devices ``--reference-device`` may name for this engine (float32 on each).
     devices: ClassVar[tuple[str, ...]] = ("cpu",)
+    #: Whether the engine reads its pin's snapshot folder (then every byte is verified before it is built). An
+    #: engine that answers from elsewhere (a recording, made on the pin's digest and checked against it) does not:
+    #: a port machine need not hold a reference it cannot fit.
+    reads_snapshot: ClassVar[bool] = True
 
     pin: str
     pin_file: "Pin"
@@ -250,7 +262,9 @@ class Engine(abc.ABC):
 
     def snapshot_buffers(self, snapshot: Any) -> dict[str, np.ndarray]:
         """Every buffer of a snapshot as float32 arrays, valid rows only, named
-        ``layers.<i>.<keys|values|conv_state|recurrent_state>`` in layer order."""
+        ``layers.<i>.<keys|values|conv_state|recurrent_state>`` in layer order; a DeepSeek-V4 cache's
+        compressed buffers as ``layers.<i>.window_kv`` and ``layers.<i>.<compressor|indexer>.<compressed_kv|
+        buffer_kv|buffer_gate|overlap_kv|overlap_gate>`` (:mod:`oracles.engines.torch.cohort_dsv4`)."""
         raise self._unsupported("list a snapshot's buffers")
 
     def snapshot_digest(self, snapshot: Any) -> str:
@@ -359,6 +373,6 @@ class Engine(abc.ABC):
         return None
 
 
-__all__ = ["CORE_METHODS", "REQUIRED_MEMBERS", "ContextTooShort", "Engine", "EngineContractError", "Generation", "Prompt",
-           "Sampler", "Step", "Tokenizer", "Unsupported", "as_prompt", "check_cohort", "check_fits", "check_forward_length",
-           "digest_buffers", "hub_offline", "pinned_config"]
+__all__ = ["CORE_METHODS", "DEFAULTED_MEMBERS", "REQUIRED_MEMBERS", "ContextTooShort", "Engine", "EngineContractError",
+           "Generation", "MtpGeneration", "Prompt", "Sampler", "Step", "Tokenizer", "Unsupported", "as_prompt", "check_cohort",
+           "check_fits", "check_forward_length", "digest_buffers", "hub_offline", "pinned_config"]

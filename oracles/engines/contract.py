@@ -9,7 +9,10 @@ Once at load, before the class is built, :func:`abstract_refusal`: every core me
 (:class:`oracles.engines.types.Tokenizer`). Each named together in one line.
 
 On every call, :func:`install_checks`: what ``forward``, ``decode_cohort``, ``lm_head``, ``final_norm``,
-``generate`` and ``speculative`` return is checked for type, shape and dtype as it leaves the engine, so
+``generate``, ``speculative``, the buffers and digests of a snapshot (``snapshot_buffers``,
+``snapshot_digest``, ``buffer_digests``) and the system capabilities (:mod:`oracles.engines.systems`:
+``mtp_*``, ``decision_*``, checked by :mod:`oracles.engines.contract_systems`) return is checked for
+type, shape and dtype as it leaves the engine, so
 a bad return is one :class:`EngineContractError` naming engine, method, field, what came back and what
 was expected, instead of an error deep in a family. The checks are installed on the engine object
 (instance attributes over the class's methods): the families, the engine's own calls of ``self.forward``
@@ -26,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
+from oracles.engines.contract_arrays import expect_f4, seen
 from oracles.engines.types import (
     TOKENIZER_MEMBERS,
     VISION_TOKENIZER_MEMBERS,
@@ -39,7 +43,6 @@ from oracles.engines.types import (
 if TYPE_CHECKING:
     from oracles.engines.base import Engine
 
-F4 = np.dtype("<f4")
 #: Members whose value must be an integer (``max_context`` 0 meaning no limit).
 INTEGER_MEMBERS = ("vocab_size", "hidden_size", "num_layers", "max_context")
 
@@ -92,37 +95,9 @@ def contract_refusal(engine: "Engine", vision: bool = False) -> str | None:
             f"oracles.engines.types.Tokenizer)")
 
 
-def _seen(a: Any) -> str:
-    """What came back, for a message: ``float64 [12, 49152]``, ``None``, ``a list``, ``a Tensor [3, 4]``."""
-    if isinstance(a, np.ndarray):
-        return f"{a.dtype} {list(a.shape)}"
-    if a is None:
-        return "None"
-    shape = getattr(a, "shape", None)
-    return f"a {type(a).__name__}" + (f" {list(shape)}" if shape is not None else "")
-
-
-def expect_f4(engine: "Engine", call: str, field: str, a: Any, dims: str, want: Sequence[int | None],
-              why: str) -> None:
-    """Check one returned array: a float32 numpy array of shape ``want`` (None: any length there).
-
-    ``call`` names the method (``"forward()"``), ``field`` the value (``"Step.logits"``), ``dims`` the
-    axes (``"T, V"``), ``why`` where the expected lengths come from.
-
-    Raises:
-        EngineContractError: naming engine, method, field, what came back and what was expected.
-    """
-    if isinstance(a, np.ndarray) and a.dtype == F4 and a.ndim == len(want) and all(
-            w is None or s == w for s, w in zip(a.shape, want)):
-        return
-    shape = ", ".join("*" if w is None else str(w) for w in want)
-    raise EngineContractError(f"engine {engine.id} {call}: {field} is {_seen(a)}; expected float32 [{dims}] = "
-                              f"[{shape}] {why}")
-
-
 def _expect_type(engine: "Engine", call: str, value: Any, cls: type) -> None:
     if not isinstance(value, cls):
-        raise EngineContractError(f"engine {engine.id} {call}: returned {_seen(value)}; expected "
+        raise EngineContractError(f"engine {engine.id} {call}: returned {seen(value)}; expected "
                                   f"{cls.__module__}.{cls.__qualname__}")
 
 
@@ -157,7 +132,7 @@ def check_step(engine: "Engine", call: str, step: Any, rows: int | None, why: st
     positions = step.positions
     if positions is not None and not (isinstance(positions, np.ndarray) and positions.dtype.kind in "iu"
                                       and positions.shape == (3, rows)):
-        raise EngineContractError(f"engine {engine.id} {call}: Step.positions is {_seen(positions)}; expected "
+        raise EngineContractError(f"engine {engine.id} {call}: Step.positions is {seen(positions)}; expected "
                                   f"integers [3, T] = [3, {rows}] or None {why}")
 
 
@@ -175,9 +150,11 @@ def check_generation(engine: "Engine", call: str, gen: Any) -> None:
 
 def install_checks(engine: "Engine") -> None:
     """Check what ``engine`` returns on every call from now on (module docstring): its ``forward``,
-    ``decode_cohort``, ``lm_head``, ``final_norm``, ``generate`` and ``speculative`` become instance
-    attributes that call the class's own and check the result. Installed once (a second call does
-    nothing)."""
+    ``decode_cohort``, ``lm_head``, ``final_norm``, ``generate`` and ``speculative``, the buffer and digest
+    methods and the system capabilities become instance attributes that call the class's own and check the
+    result. Installed once (a second call does nothing)."""
+    from oracles.engines.contract_systems import checked_buffers, checked_systems
+
     own = vars(engine)
     if "forward" in own:
         return
@@ -221,4 +198,5 @@ def install_checks(engine: "Engine") -> None:
         return gen
 
     own.update(forward=checked_forward, decode_cohort=checked_cohort, lm_head=checked_head, final_norm=checked_norm,
-               generate=checked_generate, speculative=checked_speculative)
+               generate=checked_generate, speculative=checked_speculative, **checked_buffers(engine),
+               **checked_systems(engine))

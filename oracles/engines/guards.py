@@ -5,13 +5,25 @@ Re-exported by :mod:`oracles.engines.base` (``from oracles.engines.base import c
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
 from oracles.engines.types import ContextTooShort
 
 if TYPE_CHECKING:
-    from oracles.engines.base import Engine
     from oracles.pins.pin import Pin
+
+
+class Guarded(Protocol):
+    """What the guards read of an engine (every :class:`oracles.engines.base.Engine` has it): its id, its pin's
+    name, its context (``max_position_embeddings``; 0: no limit) and a cache's length."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def pin(self) -> str: ...
+    @property
+    def max_context(self) -> int: ...
+    def cache_length(self, cache: Any) -> int: ...
 
 
 def pinned_config(pin: Pin) -> dict[str, Any] | None:
@@ -33,8 +45,9 @@ def pinned_config(pin: Pin) -> dict[str, Any] | None:
     return config if isinstance(config, dict) else None
 
 
-#: The file kinds a runtime loads as one file (llama.cpp a GGUF, LiteRT a flatbuffer), not a model folder.
-SINGLE_FILE_ARTIFACTS = (".gguf", ".tflite")
+#: The file kinds a runtime loads as one file (llama.cpp a GGUF, LiteRT a flatbuffer, ONNX Runtime a graph and its
+#: external data, ExecuTorch a program), not a model folder.
+SINGLE_FILE_ARTIFACTS = (".gguf", ".tflite", ".onnx", ".pte")  # .pte: issue 27
 
 
 def single_file_artifact(pin: Pin) -> str | None:
@@ -48,7 +61,7 @@ def single_file_artifact(pin: Pin) -> str | None:
     return found[0] if found else None
 
 
-def check_forward_length(engine: Engine, cached: int, new: int) -> None:
+def check_forward_length(engine: Guarded, cached: int, new: int) -> None:
     """Refuse an empty forward, or one whose ``cached + new`` positions pass ``engine.max_context``
     (the model config's ``max_position_embeddings``; 0 means no limit).
 
@@ -62,7 +75,7 @@ def check_forward_length(engine: Engine, cached: int, new: int) -> None:
                          f"{engine.max_context} (max_position_embeddings of {engine.pin})")
 
 
-def check_fits(engine: Engine, record_id: str, n: int) -> None:
+def check_fits(engine: Guarded, record_id: str, n: int) -> None:
     """Refuse a prompt of ``n`` ids that does not fit ``engine``'s context, naming the record and the
     first position past the context: the pin's model cannot run that record, so its tests skip.
 
@@ -75,7 +88,7 @@ def check_fits(engine: Engine, record_id: str, n: int) -> None:
                               f"{engine.max_context} is past its end")
 
 
-def check_cohort(engine: Engine, tokens: Sequence[int], caches: Sequence[Any]) -> None:
+def check_cohort(engine: Guarded, tokens: Sequence[int], caches: Sequence[Any]) -> None:
     """Refuse a decode cohort that cannot run: ``len(tokens) != len(caches)``, no lanes, a missing
     cache, one cache object given for two lanes (both would append to it), or a lane whose one new
     token would pass ``engine.max_context`` (:func:`check_forward_length` per lane).

@@ -13,16 +13,20 @@ with forward hooks on the mixer and MLP modules; the MLX side stands a recorder 
 for the call (mlx-lm's model call returns only the final norm's output), as
 :class:`oracles.engines.mlx.lm._LayerTap` does for whole layers.
 
-The framework-neutral part: the :class:`Taps` record and the child lookup. The tap functions live
+The framework-neutral part: the :class:`Taps` record, what a tap function reads of an engine (:class:`Tapped`)
+and the child lookup. The tap functions live
 beside their engines (:mod:`oracles.engines.torch.taps`, :mod:`oracles.engines.mlx.taps`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from oracles.engines.types import Prompt, Step
 
 #: Attribute names a decoder layer's token mixer goes by, in the order they are tried: attention
 #: (Llama, Qwen3.5's full-attention layers), Gated DeltaNet linear attention (Qwen3.5), and the names
@@ -30,6 +34,21 @@ import numpy as np
 MIXER_NAMES = ("self_attn", "linear_attn", "attention", "mixer", "attn")
 #: Attribute names of a layer's MLP.
 MLP_NAMES = ("mlp", "feed_forward", "block_sparse_moe")
+#: Attribute names of the norm before a layer's token mixer (transformers' Llama and Qwen3.5 name it
+#: ``input_layernorm``), and of the norm before its MLP.
+ATTN_NORM_NAMES = ("input_layernorm", "attention_norm")
+MLP_NORM_NAMES = ("post_attention_layernorm", "ffn_norm")
+
+
+class Tapped(Protocol):
+    """What a tap function reads of its engine (the torch reference and the MLX port have it, and so does an
+    engine that wraps either's model): the framework's loaded ``model``, whose layers it taps, and a
+    ``forward(..., layers=True)`` of it."""
+
+    @property
+    def model(self) -> Any: ...
+    def forward(self, prompt: Prompt | Sequence[int], cache: Any | None = None, keep: int = 0,
+                layers: bool = False) -> Step: ...
 
 
 @dataclass
@@ -44,6 +63,9 @@ class Taps:
     mixers: per layer, the attribute name of its token mixer (``self_attn`` / ``linear_attn``).
     down_in_absmax: ``[L]``, max |x| of each layer's MLP down-projection input (the widest activation in
     a gated MLP, what an fp16 port overflows first), where the engine taps it; else None.
+    attn_norm, mlp_norm: ``[L, T, D]``, the output of the norm before layer ``l``'s token mixer and of
+    the norm before its MLP (the normalised stream times the norm's weight: what each block read),
+    where the engine taps them; else None. With them bisect tells a norm from the block after it.
     """
 
     stream: np.ndarray
@@ -53,6 +75,8 @@ class Taps:
     logits: np.ndarray
     mixers: list[str]
     down_in_absmax: np.ndarray | None = None
+    attn_norm: np.ndarray | None = None
+    mlp_norm: np.ndarray | None = None
 
 
 def find_child(layer: Any, names: Sequence[str], what: str) -> str:
@@ -77,7 +101,8 @@ def child(layer: Any, name: str) -> Any:
 def assemble(step: Any, rows: dict[tuple[str, int], Any], n: int, mixers: list[str],
              to_numpy: Callable[[Any], np.ndarray]) -> Taps:
     """The :class:`Taps` of one ``forward(layers=True)`` step and the per-layer outputs ``rows``
-    (keyed ``("attn" | "mlp", layer)``, each ``[1, T, D]``), converted by ``to_numpy``.
+    (keyed ``("attn" | "mlp" | "attn_norm" | "mlp_norm", layer)``, each ``[1, T, D]``), converted by
+    ``to_numpy``; a norm kept only where every layer's was recorded.
 
     Raises:
         LookupError: a layer whose mixer or MLP output was not recorded (the first four named).
@@ -85,10 +110,16 @@ def assemble(step: Any, rows: dict[tuple[str, int], Any], n: int, mixers: list[s
     missing = [f"{k}[{i}]" for i in range(n) for k in ("attn", "mlp") if (k, i) not in rows]
     if missing:
         raise LookupError(f"layer taps: no output recorded for {', '.join(missing[:4])} (of {len(missing)})")
-    attn = np.stack([to_numpy(rows[("attn", i)])[0] for i in range(n)]).astype("<f4")
-    mlp = np.stack([to_numpy(rows[("mlp", i)])[0] for i in range(n)]).astype("<f4")
-    return Taps(stream=step.layers, attn=attn, mlp=mlp, hidden=step.hidden, logits=step.logits, mixers=mixers)
+
+    def stacked(kind: str) -> np.ndarray | None:
+        if any((kind, i) not in rows for i in range(n)):
+            return None
+        return np.stack([to_numpy(rows[(kind, i)])[0] for i in range(n)]).astype("<f4")
+
+    attn, mlp = stacked("attn"), stacked("mlp")
+    assert attn is not None and mlp is not None  # checked above
+    return Taps(stream=step.layers, attn=attn, mlp=mlp, hidden=step.hidden, logits=step.logits, mixers=mixers,
+                attn_norm=stacked("attn_norm"), mlp_norm=stacked("mlp_norm"))
 
 
-
-__all__ = ["MIXER_NAMES", "MLP_NAMES", "Taps", "assemble", "child", "find_child"]
+__all__ = ["ATTN_NORM_NAMES", "MIXER_NAMES", "MLP_NAMES", "MLP_NORM_NAMES", "Taps", "assemble", "child", "find_child"]

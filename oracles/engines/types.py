@@ -158,6 +158,25 @@ class Generation:
         return n / self.decode_seconds if self.decode_seconds > 0 else 0.0
 
 
+@dataclass
+class MtpGeneration:
+    """A library's own greedy generation with and without its MTP drafter, from one prompt
+    (:meth:`oracles.engines.base.Engine.mtp_generate`). Every field is JSON-able.
+
+    tokens: the MTP run's new ids; greedy: the plain greedy run's; forwards: the trunk forwards the MTP
+    run made (prefill included); accepted / drafted: the drafts the library accepted and made, by its own
+    counts, or derived from ``forwards`` where it keeps none (None: not known); extra: what else the
+    library reports (per-round counts), JSON-able.
+    """
+
+    tokens: list[int]
+    greedy: list[int]
+    forwards: int
+    accepted: int | None = None
+    drafted: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
 def hub_offline() -> None:
     """Forbid hub downloads before a framework library is imported: ``HF_HUB_OFFLINE=1`` and
     ``TRANSFORMERS_OFFLINE=1`` (huggingface_hub reads them once, at import). Called by each engine's

@@ -18,7 +18,7 @@ from oracles.faults.matrix import run_checks
 from oracles.faults.panel import DRAFT_PIN, PANEL_RUNS, PING, d1_inputs, family_runner
 
 if TYPE_CHECKING:
-    from oracles.plugin.fixtures import Engines, Runs
+    from oracles.families.callables import Engines, Runs
 
 
 @dataclass

@@ -15,15 +15,30 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import TYPE_CHECKING, Any, ClassVar, Iterator, TypeAlias
+from typing import TYPE_CHECKING, Any, ClassVar, Iterator, Protocol, Sequence
 
 if TYPE_CHECKING:
-    from oracles.engines.torch.reference import TorchReference
-    from oracles.faults.port import FaultPort
+    from oracles.engines.types import Prompt, Step
 
-    #: What a fault is injected into: a transformers engine (its ``model`` edited in place), or a fault
-    #: port over one (a variant, such as the windowed model).
-    Faultable: TypeAlias = TorchReference | FaultPort
+
+class Faultable(Protocol):
+    """What a fault is injected into: an engine running the transformers ``model`` it holds, which the fault
+    edits in place for its span. Which engines are such (the torch reference, or a fault port over one: a
+    variant, such as the windowed model) is :func:`oracles.faults.port.faultable`'s to say; this is what a
+    fault reads of one."""
+
+    model: Any
+
+    @property
+    def num_layers(self) -> int: ...
+    @property
+    def eos_token_ids(self) -> frozenset[int]: ...
+    def forward(self, prompt: Prompt | Sequence[int], cache: Any | None = None, keep: int = 0,
+                layers: bool = False) -> Step: ...
+    def make_cache(self) -> Any: ...
+    def is_trimmable(self, cache: Any) -> bool: ...
+    def trim(self, cache: Any, n: int) -> bool: ...
+    def decode_cohort(self, tokens: Sequence[int], caches: Sequence[Any]) -> Step: ...
 
 #: The rotary base transformers and mlx-lm fall back to when a port reads ``rope_theta`` from the
 #: wrong key (mlx-lm 0.32's Llama ``ModelArgs`` default; the adapter's own measured case, README).

@@ -1,4 +1,5 @@
-"""Conversion sources: snapshots made from another pin, pinned by digest like every other.
+"""Conversion sources: snapshots made from another pin, pinned by digest like every other; what their
+builds share (the folder a build happens in, the versions and fields it records) and mlx-lm's converter.
 
 ``mlx-convert:PIN`` is ``mlx_lm.convert(<PIN's snapshot>, mlx_path=..., **recipe.arguments)`` (mlx-lm's
 own converter, as a user runs ``mlx_lm convert``: bfloat16, affine 8-bit, 4-bit, ...);
@@ -11,22 +12,22 @@ converter is deterministic (two conversions of each built-in pin gave identical 
 file), so only the same version is expected to give the pinned bytes. The one byte that depended on the
 environment (``tokenizer_config.json``'s ``local_files_only``) is fixed as the default pin's build fixes it.
 
-mlx and mlx-lm are imported inside the builders, never at import.
+Which builder a source kind takes, and its source snapshot materialised first, is
+:mod:`oracles.pins.materialize`'s. mlx and mlx-lm are imported inside the builders, never at import.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib.metadata
 import json
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 from oracles.errors import PinError
-from oracles.pins.pin import FileDigest, Pin, file_digests, load_pin, safetensors_header, sha256_file, snapshot_dir
+from oracles.pins.digests import FileDigest, file_digests, safetensors_header
 from oracles.pins.precision import Precision, read_precision
 
 #: ``mlx_lm.convert`` keyword arguments a recipe may give (the JSON-valued ones of mlx-lm 0.32's signature).
@@ -40,7 +41,12 @@ BUILT_WITH = {"mlx_lm.convert": ("mlx", "mlx-lm", "transformers", "safetensors",
               # the converter env's own packages are the recipe's; torch and numpy come from this one
               "litert_torch.generative": ("torch", "numpy", "safetensors", "ai-edge-litert"),
               # the plain graph converts the transformers model itself, so transformers' version counts too
-              "litert_torch.convert": ("torch", "transformers", "numpy", "safetensors", "ai-edge-litert")}
+              "litert_torch.convert": ("torch", "transformers", "numpy", "safetensors", "ai-edge-litert"),
+              # an .onnx's exporter and quantizer: their own packages are the recipe's (oracles.pins.onnx_export)
+              "torch.onnx.export": ("torch", "transformers", "numpy", "safetensors", "tokenizers"),
+              "onnxruntime.quantization.quantize_dynamic": ("numpy",),
+              # optimum-executorch exports the transformers model with this env's torch and executorch
+              "optimum.exporters.executorch": ("torch", "transformers", "numpy", "executorch")}
 
 
 @contextlib.contextmanager
@@ -60,14 +66,12 @@ def building(dest: Path) -> Iterator[Path]:
 
 
 def versions(names: tuple[str, ...]) -> dict[str, str]:
-    """Installed version of each distribution in ``names`` (those not installed are left out)."""
-    out = {}
-    for dist in names:
-        try:
-            out[dist] = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            pass
-    return out
+    """Installed version of each distribution in ``names`` (those not installed are left out), read from the
+    dist-info folder names as the receipt reads them (:func:`oracles.receipts.environment.installed_versions`;
+    ``importlib.metadata.version`` parses each METADATA file, ~6 ms a distribution here)."""
+    from oracles.receipts.environment import installed_versions
+
+    return {dist: version for dist, version in installed_versions(names).items() if version is not None}
 
 
 def folder_digest(root: Path) -> str:
@@ -81,62 +85,6 @@ def folder_digest(root: Path) -> str:
     return h.hexdigest()
 
 
-def source_of(pin: Pin) -> tuple[Path, str, str]:
-    """(source snapshot folder or file, its digest, what it is called) of a conversion pin; a source pin is
-    materialised (built or verified) first.
-
-    Raises:
-        PinError: the source pin is unknown or does not build/verify; a source path does not exist.
-    """
-    parts = pin.source_parts()
-    if parts["from_pin"]:
-        from oracles.pins.materialize import materialize
-
-        src = load_pin(parts["from_pin"])
-        materialize(src)
-        return snapshot_dir(src), src.digest, src.name
-    path = Path(parts["from_path"] or "")
-    if not path.exists():
-        raise PinError(f"{pin.path}: field 'source' {pin.source!r}: {path} does not exist")
-    return path, sha256_file(path) if path.is_file() else folder_digest(path), f"local:{path}"
-
-
-def derived_builder(pin: Pin, write_pin: bool) -> tuple[Callable[[Path], str], str, dict[str, str]]:
-    """(build function ``out -> model class``, source digest, the precision fields the artifact cannot say:
-    ``dequantized_from`` of a folder's dequantisation) of an ``mlx-convert:`` or ``dequantize:`` pin,
-    after checking the source digest and the tool's version against the pin (unless ``write_pin``: a
-    maintainer re-making the pin).
-
-    Raises:
-        PinError: the source's digest or the installed tool's version differs from the pin's, or a
-            recipe argument ``mlx_lm.convert`` does not take; one line naming the pin file and field.
-    """
-    root, digest, called = source_of(pin)
-    recipe = pin.recipe or {}
-    if not write_pin and pin.source_sha256 != digest:
-        raise PinError(f"{pin.path}: field 'source_sha256' is {pin.source_sha256} but the source {pin.source!r} has "
-                       f"digest {digest}")
-    if pin.source_parts()["derived"] == "litert-convert":  # its converter is in its own env (pins/litert.py)
-        from oracles.pins.litert import litert_builder
-
-        return litert_builder(pin, root, write_pin), digest, {}
-    tool = str(recipe.get("tool"))
-    installed = versions((TOOL_DISTRIBUTIONS.get(tool, tool),)).get(TOOL_DISTRIBUTIONS.get(tool, tool))
-    if not write_pin and recipe.get("version") != installed:
-        raise PinError(f"{pin.path}: field 'recipe.version' is {recipe.get('version')!r} but {tool} here is "
-                       f"{installed!r}; install the pinned version (constraints.txt) to rebuild the pinned bytes")
-    if pin.source_parts()["derived"] == "dequantize":
-        from oracles.pins.dequantize import dequantize_snapshot
-
-        extra = {} if root.is_file() else {"dequantized_from": called}
-        return (lambda out: dequantize_snapshot(root, out)), digest, extra
-    arguments = dict(recipe.get("arguments", {}))
-    if bad := sorted(set(arguments) - set(CONVERT_ARGUMENTS)):
-        raise PinError(f"{pin.path}: field 'recipe.arguments.{bad[0]}' is not an mlx_lm.convert argument this "
-                       f"source passes ({', '.join(CONVERT_ARGUMENTS)})")
-    return (lambda out: convert_with_mlx_lm(root, out, arguments)), digest, {}
-
-
 def convert_with_mlx_lm(src: Path, out: Path, arguments: dict[str, Any]) -> str:
     """``mlx_lm.convert(src, mlx_path=out, **arguments)`` into the empty folder ``out`` (removed first:
     the converter refuses an existing path); returns the model class of the written config.
@@ -147,14 +95,27 @@ def convert_with_mlx_lm(src: Path, out: Path, arguments: dict[str, Any]) -> str:
     """
     from mlx_lm import convert
 
-    from oracles.pins.materialize import _canonical_json
-
     out.rmdir()
     convert(str(src), mlx_path=str(out), **arguments)
     # transformers saves its loading flag (true under HF_HUB_OFFLINE=1): fixed as the default pin's build
     # fixes it, so the bytes do not depend on the environment and the tokenizer is the source pin's.
-    _canonical_json(out / "tokenizer_config.json")
+    canonical_json_file(out / "tokenizer_config.json")
     return model_class_of(out)
+
+
+def canonical_json_file(path: Path) -> None:
+    """Rewrite the JSON object at ``path`` (a saved ``tokenizer_config.json``) with sorted keys, without
+    ``name_or_path`` and with ``local_files_only`` false, so its bytes do not depend on where or how the
+    build ran; a missing file is left missing."""
+    if path.is_file():
+        obj = json.loads(path.read_text())
+        if isinstance(obj, dict):
+            obj.pop("name_or_path", None)
+            # from_pretrained saves its own loading flag: true under HF_HUB_OFFLINE=1 (the Makefile and
+            # the plugin set it), false otherwise. Fixed to the pinned value so the bytes do not depend on it.
+            if "local_files_only" in obj:
+                obj["local_files_only"] = False
+        path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
 def model_class_of(root: Path) -> str:

@@ -9,13 +9,15 @@ other tensor is cast to float32; written with safetensors (tensors in sorted ord
 float32) and every other file of the folder but the weights index and mlx-lm's README. The tensor
 names stay MLX's, which are transformers' for the Llama family (mlx-lm's ``llama.sanitize`` only drops
 the rotary buffers and a tied head). From a GGUF file: transformers' own GGUF reader
-(:func:`oracles.pins.materialize.build_gguf_snapshot`, the default pin's builder).
+(:func:`build_gguf_snapshot`, the default pin's builder), and beside it, for a
+GGUF whose matrices' activations llama.cpp rounds differently one from another (``per-tensor`` compute),
+the plan of that rounding per Linear (``ggml_rounding.json``) that its band engine reads.
 
-``oracles pin NAME --dequantize-from PIN|DIR|FILE.gguf`` (:func:`pin_dequantized`) builds it into
+``oracles pin NAME --dequantize-from PIN|DIR|FILE.gguf`` (:func:`oracles.pins.dequantize_pin.pin_dequantized`) builds it into
 ``$ORACLES_HOME/snapshots/NAME`` and writes the pin, source ``dequantize:PIN`` or
 ``dequantize:local:PATH``, so ``oracles materialize NAME`` can rebuild it.
 
-mlx, numpy and safetensors are imported inside the builder, never at import.
+mlx, numpy, safetensors, torch and transformers are imported inside the builders, never at import.
 """
 
 from __future__ import annotations
@@ -25,11 +27,13 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from oracles.errors import OracleError, PinError
-from oracles.pins.convert import TOOL_DISTRIBUTIONS, building, built_fields, model_class_of, source_of, versions
-from oracles.pins.pin import Pin, PinStore, load_pin, oracles_home, store, verify_snapshot
-from oracles.pins.precision import QUANT_KEYS, _tensors, check_packing, gguf_type, module_quantization, quantization
+from oracles.errors import PinError
+from oracles.pins.convert import canonical_json_file, model_class_of
+from oracles.pins.digests import safetensors_header
+from oracles.pins.precision import QUANT_KEYS, _tensors, check_packing, module_quantization, quantization
 
+#: The per-Linear rounding plan a dequantized GGUF reference carries (oracles.engines.torch.activations.PLAN_FILE).
+PLAN_FILE = "ggml_rounding.json"
 #: Files of a quantized MLX folder the float32 snapshot does not keep: its weights, their index, and the
 #: model card mlx-lm writes (it says "mlx", which this snapshot is not).
 NOT_COPIED = ("config.json", "README.md")
@@ -55,9 +59,9 @@ def dequantize_snapshot(src: Path, out: Path) -> str:
     if src.is_file():
         if src.suffix != ".gguf":
             raise PinError(f"{src}: a dequantize source is a quantized MLX folder or a .gguf file")
-        from oracles.pins.materialize import build_gguf_snapshot
-
-        return build_gguf_snapshot(src, out)
+        model_class = build_gguf_snapshot(src, out)
+        _write_rounding_plan(src, out)
+        return model_class
     q = quantization(src)
     if q is None:
         raise PinError(f"{src / 'config.json'}: not quantized (no field 'quantization'): a dequantize source is a "
@@ -81,6 +85,53 @@ def dequantize_snapshot(src: Path, out: Path) -> str:
             (out / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, out / rel)
     return model_class
+
+
+def build_gguf_snapshot(gguf: Path, out: Path) -> str:
+    """Dequantise ``gguf`` into a float32 safetensors snapshot in the empty folder ``out``.
+
+    Returns the model class name. Raises whatever transformers raises on a bad GGUF file.
+    """
+    import torch
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    state = model.state_dict()
+    tied = bool(getattr(model.config, "tie_word_embeddings", False))
+    tensors = {k: v.detach().to(torch.float32).contiguous().clone() for k, v in sorted(state.items())
+               if not (tied and k == "lm_head.weight")}
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    config = model.config.to_dict()
+    for volatile in ("quantization_config", "_name_or_path", "_model_name_or_path"):
+        config.pop(volatile, None)
+    config["dtype"] = "float32"
+    config["architectures"] = [type(model).__name__]
+    (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    gen = model.generation_config.to_dict()
+    gen.pop("transformers_version", None)
+    (out / "generation_config.json").write_text(json.dumps(gen, indent=2, sort_keys=True) + "\n")
+    tokenizer.save_pretrained(out)
+    canonical_json_file(out / "tokenizer_config.json")
+    return type(model).__name__
+
+
+def _write_rounding_plan(gguf: Path, out: Path) -> None:
+    """Beside the float32 snapshot dequantized from ``gguf``: where llama.cpp rounds its matrices' activations
+    differently from one matrix to the next (``per-tensor`` compute), the plan of that rounding per Linear
+    (``ggml_rounding.json``: :func:`oracles.pins.gguf_precision.rounding_plan`), which the band engine reads."""
+    from oracles.pins.gguf_file import read_header
+    from oracles.pins.gguf_precision import gguf_precision, rounding_plan
+
+    header = read_header(gguf)
+    if gguf_precision(header).compute != "per-tensor":
+        return
+    weights = [name for rel in sorted(out.glob("*.safetensors"))
+               for name, entry in safetensors_header(rel)[1].items()
+               if name.endswith(".weight") and isinstance(entry, dict) and len(entry.get("shape") or []) == 2]
+    plan = {"gguf": gguf.name, "modules": rounding_plan(header, sorted(weights))}
+    (out / PLAN_FILE).write_text(json.dumps(plan, indent=2) + "\n")
 
 
 def _write_float32(src: Path, files: list[str], q: dict[str, Any], target: Path) -> None:
@@ -110,55 +161,3 @@ def _write_float32(src: Path, files: list[str], q: dict[str, Any], target: Path)
             value = weights[name].astype(mx.float32)
         out[name] = np.array(value, copy=True)
     save_file(out, str(target), metadata={"format": "pt"})
-
-
-def pin_dequantized(name: str, spec: str, pins_dir: Path | None = None) -> Pin:
-    """``oracles pin NAME --dequantize-from SPEC``: build the float32 snapshot of ``spec`` (a pin name, a
-    quantized MLX folder or a ``.gguf`` file) into ``$ORACLES_HOME/snapshots/NAME`` and write its pin
-    (source ``dequantize:PIN`` or ``dequantize:local:PATH``, the source's digest, the recipe, the precision
-    with ``dequantized_from`` or ``gguf_type``) in ``pins_dir`` (default: the active store's first folder).
-
-    Returns the written pin, verified against the built snapshot.
-
-    Raises:
-        PinError: a bad or taken name, a source that does not exist or is not quantized, config and
-            weights that disagree, or the pin cannot be written; nothing is left half-written (the
-            snapshot is built in a temporary folder, the pin created whole, then the folder renamed).
-    """
-    from oracles.pins.writer import check_name
-
-    where = store() if pins_dir is None else PinStore.with_project(pins_dir)
-    check_name(name, where)
-    is_pin = "/" not in spec and where.path(spec) is not None
-    source = f"dequantize:{spec}" if is_pin else f"dequantize:local:{Path(spec).expanduser().resolve()}"
-    draft = Pin(name=name, source=source, source_sha256=None, model_class="", files={}, safetensors_headers={},
-                built_with={}, path=(pins_dir or where.dirs[0]) / f"{name}.json")
-    root, digest, called = source_of(draft)
-    tool = "transformers.gguf" if root.is_file() else "mx.dequantize"
-    dist = TOOL_DISTRIBUTIONS[tool]
-    extra = {"gguf_type": gguf_type(root)} if root.is_file() else {"dequantized_from": called}
-    dest = oracles_home() / "snapshots" / name
-    with building(dest) as tmp:
-        model_class = dequantize_snapshot(root, tmp)
-        doc = {"name": name, "source": source, **built_fields(tmp, model_class, digest, tool, extra),
-               "recipe": {"tool": tool, "version": versions((dist,)).get(dist, ""), "arguments": {}}}
-        if is_pin:
-            doc["converted_from"] = spec
-        pin = _write_pin_file(draft.path, doc)
-    verify_snapshot(pin, dest)
-    return pin
-
-
-def _write_pin_file(target: Path, doc: dict[str, Any]) -> Pin:
-    from oracles.receipts.files import write_exclusive
-
-    target.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        write_exclusive(target, (json.dumps(doc, indent=2) + "\n").encode())
-    except OracleError as exc:
-        raise PinError(f"{target}: not written: {exc}") from None
-    try:
-        return load_pin(target)
-    except OracleError:
-        target.unlink()  # a pin that does not parse is not left behind
-        raise

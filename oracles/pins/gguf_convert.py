@@ -26,7 +26,10 @@ from pathlib import Path
 from typing import Callable
 
 from oracles.errors import PinError
-from oracles.pins.pin import Pin, oracles_home, sha256_file
+from oracles.pins.digests import sha256_file
+from oracles.pins.gguf_file import read_header
+from oracles.pins.gguf_pins import copy_tokenizer
+from oracles.pins.pin import Pin, oracles_home
 
 #: PEP 503 simple index of the distribution the converter comes from.
 SIMPLE_INDEX = "https://pypi.org/simple/{name}/"
@@ -116,20 +119,18 @@ def convert(script_dir: Path, snapshot: Path, out_file: Path, arguments: dict[st
         raise PinError(f"{script_dir / PARTS[0]} on {snapshot}: exit {done.returncode}: {tail[0]}")
 
 
-def convert_builder(pin: Pin, write_pin: bool) -> tuple[Callable[[Path], str], str, dict[str, str]]:
-    """(build function ``out -> model class``, source digest, {}) of a ``gguf-convert:`` pin, after checking
-    the source snapshot's digest against ``source_sha256`` (unless ``write_pin``) and the recipe's
-    arguments.
+def convert_builder(pin: Pin, source: tuple[Path, str, str],
+                    write_pin: bool) -> tuple[Callable[[Path], str], str, dict[str, str]]:
+    """(build function ``out -> model class``, source digest, {}) of a ``gguf-convert:`` pin whose ``source``
+    (folder, digest, name: :func:`oracles.pins.materialize.source_of`) is materialised, after checking the
+    source snapshot's digest against ``source_sha256`` (unless ``write_pin``) and the recipe's arguments.
 
     Raises:
         PinError: the source digest differs, a recipe argument that is not in :data:`ARGUMENTS`, or as
             :func:`_sdist_spec`; one line naming the pin file and field.
     """
-    from oracles.pins.convert import source_of
-    from oracles.pins.gguf_file import read_header
-    from oracles.pins.gguf_pins import _copy_tokenizer
+    root, digest, _called = source
 
-    root, digest, _called = source_of(pin)
     if not write_pin and pin.source_sha256 != digest:
         raise PinError(f"{pin.path}: field 'source_sha256' is {pin.source_sha256} but the source {pin.source!r} has "
                        f"digest {digest}")
@@ -143,7 +144,7 @@ def convert_builder(pin: Pin, write_pin: bool) -> tuple[Callable[[Path], str], s
         script_dir = converter(sdist(dist, version, sha))
         convert(script_dir, root, out / OUTFILE, arguments)
         read_header(out / OUTFILE).check_complete()
-        _copy_tokenizer(root, out)
+        copy_tokenizer(root, out)
         return pin.model_class
 
     return build, digest, {}

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from oracles.errors import PinError
+from oracles.pins.convert import model_class_of
 from oracles.pins.pin import TOKENIZER_FILES, Pin, oracles_home
 
 #: The recipe's tool name (``recipe.tool``).
@@ -153,8 +154,6 @@ def convert_to_tflite(source: Path, out: Path, options: dict[str, Any]) -> str:
     for name in COPIED:
         if (source / name).is_file():
             shutil.copyfile(source / name, out / name)
-    from oracles.pins.convert import model_class_of
-
     return model_class_of(out)
 
 

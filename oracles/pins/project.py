@@ -1,20 +1,21 @@
 """A project's own folders: where its pins and per-tokenizer token ids live.
 
 Two pytest ini options name them, relative to the ini file's folder: ``oracles_pins`` (default
-``fixtures/pins``) and ``oracles_records`` (default ``fixtures/records``). The plugin reads them from
-pytest's config; the ``oracles`` command finds the ini file the way pytest does for a run started in
-the current folder (the first of ``pytest.ini``, ``.pytest.ini``, ``pyproject.toml`` with a
-``[tool.pytest.ini_options]`` table, ``tox.ini`` with ``[pytest]``, ``setup.cfg`` with ``[tool:pytest]``,
-in this folder or the nearest parent; pytest's "rootdir and configfile" documentation) and reads the
-same two keys. Without an ini file the folders are taken relative to the current folder.
+``fixtures/pins``) and ``oracles_records`` (default ``fixtures/records``; keys and defaults in
+:mod:`oracles.ini`). The plugin reads them from pytest's config; the ``oracles`` command finds the ini
+file the way pytest does for a run started in the current folder (the first of ``pytest.ini``,
+``.pytest.ini``, ``pyproject.toml`` with a ``[tool.pytest.ini_options]`` table, ``tox.ini`` with
+``[pytest]``, ``setup.cfg`` with ``[tool:pytest]``, in this folder or the nearest parent; pytest's "rootdir
+and configfile" documentation: :mod:`oracles.ini`) and reads the same two keys. Without an ini file the
+folders are taken relative to the current folder.
 
 A :class:`Project` is what one run reads: those folders' pin and record stores (each before the
 built-in one) and the engine registry. The test session and the ``oracles`` command each open one,
 hold it, pass its stores where they are needed, and enter it for the span of the run so that code
 asking by name alone (``load_pin(name)``) reads the same stores; nothing outlives the run.
 
-Imported by the plugin in every pytest run: nothing here imports more than the standard library
-until a project is opened.
+Imported by the plugin's session (a run that uses pytest-oracles) and the ``oracles`` command: nothing here
+imports more than the standard library until a project is opened.
 """
 
 from __future__ import annotations
@@ -25,13 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from oracles.ini import DEFAULTS, PINS_KEY, RECORDS_KEY, find_ini
+
 if TYPE_CHECKING:
     from oracles.engines import Registry
     from oracles.families.records import RecordStore
     from oracles.pins.pin import PinStore
-
-PINS_KEY, RECORDS_KEY = "oracles_pins", "oracles_records"
-DEFAULTS = {PINS_KEY: "fixtures/pins", RECORDS_KEY: "fixtures/records"}
 
 
 @dataclass(frozen=True)
@@ -41,36 +41,6 @@ class ProjectDirs:
     pins: Path
     records: Path
     ini: Path | None
-
-
-def _ini_options(path: Path) -> dict[str, str] | None:
-    """The pytest options of ``path`` when it is a pytest configuration file, else None."""
-    import configparser  # here, not at module import: the plugin imports this module in every pytest run
-    import tomllib
-
-    try:
-        if path.name == "pyproject.toml":
-            table = tomllib.loads(path.read_text(encoding="utf-8")).get("tool", {}).get("pytest", {})
-            options = table.get("ini_options") if isinstance(table, dict) else None
-            return {k: str(v) for k, v in options.items()} if isinstance(options, dict) else None
-        parser = configparser.ConfigParser(interpolation=None)
-        parser.read(path, encoding="utf-8")
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, configparser.Error):
-        return None
-    section = {"pytest.ini": "pytest", ".pytest.ini": "pytest", "tox.ini": "pytest", "setup.cfg": "tool:pytest"}[path.name]
-    if parser.has_section(section):
-        return dict(parser.items(section))
-    return {} if path.name in ("pytest.ini", ".pytest.ini") else None  # pytest.ini counts even when empty
-
-
-def find_ini(start: Path) -> tuple[Path, dict[str, str]] | None:
-    """The pytest configuration file pytest would use for a run started in ``start``, and its options."""
-    for folder in [start.resolve(), *start.resolve().parents]:
-        for name in ("pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg"):
-            path = folder / name
-            if path.is_file() and (options := _ini_options(path)) is not None:
-                return path, options
-    return None
 
 
 def project_dirs(start: Path | None = None) -> ProjectDirs:
@@ -85,8 +55,8 @@ def project_dirs(start: Path | None = None) -> ProjectDirs:
 class Project:
     """The stores of one run: ``pins`` and ``records`` (the project's folder, then the built-in one)
     and ``engines`` (the built-in adapters and the entry points, read once); ``dirs``: where the
-    project's folders are. (A plain class: this module is imported in every pytest run, and a
-    dataclass costs about a millisecond to make.)"""
+    project's folders are. (A plain class: this module is imported in every run that uses
+    pytest-oracles, and a dataclass costs about a millisecond to make.)"""
 
     __slots__ = ("dirs", "pins", "records", "engines")
 
@@ -100,7 +70,8 @@ class Project:
         from oracles.families.records import RecordStore
         from oracles.pins.pin import PinStore
 
-        return cls(dirs, PinStore.with_project(dirs.pins), RecordStore.with_project(dirs.records), Registry())
+        return cls(dirs, PinStore.with_project(dirs.pins), RecordStore.with_project(dirs.records),
+                   Registry(ini=dirs.ini))  # issue 25: the ini's oracles_wire far sides
 
     def enter(self) -> None:
         """Make these stores the ones a lookup by name alone reads, until :meth:`leave` (a run in

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 from oracles.errors import OracleError, PinError
-from oracles.pins.pin import FileDigest, Pin, PinStore, load_pin, safetensors_header, store
+from oracles.pins.digests import FileDigest, safetensors_header
+from oracles.pins.pin import Pin, PinStore, load_pin, store
 
 #: A pin name is a file stem: letters, digits, ``.``, ``_``, ``-``, not starting with ``.``.
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -265,12 +266,24 @@ def write_pin(name: str, spec: str, pins_dir: Path | None = None, *, trained: bo
 
     quantization(snap.root)  # a malformed quantization is refused before minutes of hashing
     doc = pin_document(name, snap, hash_files(snap, progress), trained, reference)
-    target = (pins_dir or where.dirs[0]) / f"{name}.json"
-    target.parent.mkdir(parents=True, exist_ok=True)
+    return write_pin_file((pins_dir or where.dirs[0]) / f"{name}.json", doc)
+
+
+def write_pin_file(target: Path, doc: dict[str, Any]) -> Pin:
+    """Create the pin file ``target`` from ``doc`` whole (never over an existing file) and read it back.
+
+    Raises:
+        PinError: the file exists or cannot be written, or ``doc`` is not a valid pin (then no file is left).
+    """
     from oracles.receipts.files import write_exclusive
 
+    target.parent.mkdir(parents=True, exist_ok=True)
     try:
         write_exclusive(target, (json.dumps(doc, indent=2) + "\n").encode())
     except OracleError as exc:
         raise PinError(f"{target}: not written: {exc}") from None
-    return load_pin(target)
+    try:
+        return load_pin(target)
+    except OracleError:
+        target.unlink()  # a pin that does not parse is not left behind
+        raise

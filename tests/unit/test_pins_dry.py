@@ -6,8 +6,9 @@ import hashlib
 
 import pytest
 
+from oracles.families import DEFAULT_PIN
 from oracles.families.records import TOKENIZER_COPIES
-from oracles.pins.pin import DEFAULT_PIN, available_pins, load_pin
+from oracles.pins.pin import available_pins, load_pin
 
 pytestmark = pytest.mark.dry
 
@@ -17,8 +18,9 @@ def test_pin_well_formed(name: str) -> None:
     pin = load_pin(name)
     assert pin.name == name
     assert pin.source_parts()["kind"] in ("pypi", "hf", "twin", None) or pin.source.startswith("local:")
-    # the weights: safetensors, or a single-file artifact (a .gguf, a .tflite) in the snapshot folder
-    assert any(f.endswith((".safetensors", ".gguf", ".tflite")) for f in pin.files), f"{name}: no weights file pinned"
+    # the weights: safetensors, or a single-file artifact (a .gguf, a .tflite, an .onnx, a .pte) in the snapshot folder
+    assert any(f.endswith((".safetensors", ".gguf", ".tflite", ".onnx", ".pte")) for f in pin.files), \
+        f"{name}: no weights file pinned"
     if not any(f.endswith(".gguf") for f in pin.files):  # a GGUF carries its config in its own header
         assert "config.json" in pin.files, f"{name}: config.json is not pinned"
     assert set(pin.safetensors_headers) == {f for f in pin.files if f.endswith(".safetensors")}

@@ -7,12 +7,13 @@ LFM2-VL twin does): no key is translated (``config_overrides`` is empty). The sa
 key removed loads as mlx-vlm's plain ``lfm2_vl`` model, whose decision API refuses
 (:func:`plain_refusal`, a check of its own).
 
-The decision capabilities are the port's own calls, nothing recomputed in their place:
-:meth:`MlxVlmD1.decision_inputs` (``Model.decision_inputs``: its prompt, its processor's pixels),
-:meth:`MlxVlmD1.readout_ids` (its ``prompt.readout_ids``), :meth:`MlxVlmD1.answer_logprobs`
-(``Model.answer_logprobs``: one pass for a row, the trunk once then batched branches for a tree) and
-:meth:`MlxVlmD1.predict` (``mlx_vlm.decision.predict``). ``forward`` runs the language model over ids
-(pictures through ``get_input_embeddings``) for the engine contract.
+The System One capabilities (:class:`oracles.engines.systems.SystemOneDecisions`) are the port's own
+calls, nothing recomputed in their place: :meth:`MlxVlmD1.decision_inputs` (``Model.decision_inputs``:
+its prompt, its processor's pixels), :meth:`MlxVlmD1.decision_readout_ids` (its ``prompt.readout_ids``),
+:meth:`MlxVlmD1.decision_logprobs` (``Model.answer_logprobs``: one pass for a row, the trunk once then
+batched branches for a tree) and :meth:`MlxVlmD1.decision_predict` (``mlx_vlm.decision.predict``).
+``forward`` runs the language model over ids (pictures through ``get_input_embeddings``) for the engine
+contract. Its measured gap against the reference (the pictures' pixels) is :meth:`MlxVlmD1.known_gap`'s.
 
 Importing mlx_vlm replaces ``transformers``' ``Lfm2VlProcessor`` methods and defaults
 (``mlx_vlm/models/lfm2_vl/processing_lfm2_vl.py``); the reference never uses that class
@@ -22,6 +23,7 @@ Importing mlx_vlm replaces ``transformers``' ``Lfm2VlProcessor`` methods and def
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
@@ -35,6 +37,19 @@ if TYPE_CHECKING:
     from oracles.pins.pin import Pin
 
 MODEL_CLASS = "Lfm2VlForConditionalGeneration"
+#: The pin the pixel gaps were measured on, and the test that holds the pixels (its parameters: pin, engine, record).
+PIN = "lfm2-vl-d1-twin"
+PIXELS_TEST = "test_so_pixels"
+#: Measured (test_so_pixels receipts, mlx-vlm 0.7.10 vs the reference's transformers algorithm): both
+#: processors upscale the pictures to LFM2-VL's 64-token minimum with a bicubic kernel, but mlx-vlm's numpy
+#: processor resizes with PIL, which rounds and clamps to 8 bits between its horizontal and vertical passes,
+#: and transformers' Lfm2VlImageProcessor with torchvision's tensor path (torch's antialiased bicubic, one
+#: rounding at the end). Where bicubic overshoots at a saturated edge the two part; a two-pass torch resize
+#: with an 8-bit intermediate is within 1 step of PIL. By record.
+PIXEL_GAP = {"so_pic_circle": "15 steps of the 8-bit scale on 1.3 % of values (96 x 64 -> 320 x 224; "
+                              "log-probs at the read-out ids move by 2.3e-3, probabilities by 2.2e-4)",
+             "so_pic_square_tree": "1 step of the 8-bit scale on 0.03 % of values (64 x 128 -> 192 x 384; "
+                                   "log-probs move by 1.0e-4, probabilities by 2.6e-5)"}
 
 
 def is_d1_config(config: dict[str, Any]) -> bool:
@@ -120,6 +135,15 @@ class MlxVlmD1(Engine):
         self.eos_token_ids = frozenset(int(i) for i in (eos if isinstance(eos, list) else [eos]) if i is not None)
         self.versions = {"mlx": str(getattr(mx, "__version__", "?")), "mlx_vlm": str(mlx_vlm.__version__)}
 
+    def known_gap(self, oracle: str, any_pin: bool = False) -> str | None:
+        """:data:`PIXEL_GAP` of a picture record on :data:`PIXELS_TEST` (under this engine's own id, so an
+        adapter built on this one expects it too), on :data:`PIN` (any pin with ``any_pin``)."""
+        if not (oracle.startswith(f"{PIXELS_TEST}[") and f"-{self.id}" in oracle and (any_pin or self.pin == PIN)):
+            return None
+        rid = next((r for r in PIXEL_GAP if re.search(rf"[\[-]{r}[\]-]", oracle)), None)
+        return None if rid is None else (f"mlx-vlm 0.7.10's LFM2-VL pixels differ from transformers' by {PIXEL_GAP[rid]}: "
+                                         "PIL's two-pass 8-bit bicubic vs torch's")
+
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "model_class": f"{type(self.model).__module__}.{type(self.model).__name__}",
                 "processor": type(self.processor).__name__,
@@ -140,21 +164,21 @@ class MlxVlmD1(Engine):
         return ([int(i) for i in trunk], [[int(i) for i in b] for b in branches],
                 {k: np.array(v) for k, v in vision.items()})
 
-    def readout_ids(self, question: dict[str, Any]) -> list[list[int]]:
+    def decision_readout_ids(self, question: dict[str, Any]) -> list[list[int]]:
         """``prompt.readout_ids``: the token ids scored per option."""
         from mlx_vlm.models.d1.prompt import as_question, readout_ids
 
         return [[int(i) for i in g] for g in readout_ids(self.tokenizer, as_question(dict(question)))]
 
-    def answer_logprobs(self, trunk: Sequence[int], branches: Sequence[Sequence[int]],
-                        vision: dict[str, np.ndarray] | None = None) -> list[np.ndarray]:
+    def decision_logprobs(self, trunk: Sequence[int], branches: Sequence[Sequence[int]],
+                          vision: dict[str, np.ndarray] | None = None) -> list[np.ndarray]:
         """``Model.answer_logprobs``: ``[V]`` float32 log-probabilities at each answer slot."""
         mx = self.mx
         arrays = {k: mx.array(v) for k, v in (vision or {}).items()}
         out = self.model.answer_logprobs(list(trunk), [list(b) for b in branches], arrays or None)
         return [np.asarray(z, dtype=np.float32) for z in out]
 
-    def predict(self, state: Any, questions: dict[str, dict[str, Any]], images: Sequence[Any] = ()) -> dict[str, Any]:
+    def decision_predict(self, state: Any, questions: dict[str, dict[str, Any]], images: Sequence[Any] = ()) -> dict[str, Any]:
         """``mlx_vlm.decision.predict``: the answers as the port's API returns them."""
         from mlx_vlm import decision
 

@@ -1,8 +1,8 @@
 """The DeepSeek-V4 port (``mlx-vlm-dsv4``): mlx-vlm 0.7.10's own ``deepseek_v4`` model on MLX's default
 device (the CPU here), float32, loaded from a translated copy of the pinned transformers snapshot
 (:mod:`oracles.engines.mlx.deepseek_v4_load`: two config keys and the official weight names, each
-recorded in :meth:`MlxDeepseekV4Port.describe`; the untranslated load is ``test_deepseek_v4_port``'s
-check of its own).
+recorded in :meth:`MlxDeepseekV4Port.describe` and :meth:`MlxDeepseekV4Port.translation_notes`; the
+untranslated load is ``test_cohort_dsv4_port.py``'s check of its own).
 
 The cache is mlx-vlm's ``make_cache()`` list, per layer a ``RotatingKVCache(max_size=128)`` (the
 sliding window's shared K=V rows; its values are empty) or a ``CacheList`` of it and one
@@ -11,8 +11,8 @@ sliding window's shared K=V rows; its values are empty) or a ``CacheList`` of it
 ``layers.i.window_kv`` ``[1, 1, n, d]`` in temporal order (n <= 128: mlx-vlm keeps the whole window,
 transformers 127 rows), ``layers.i.C.compressed_kv`` ``[1, T, d_c]`` (the pooled entries) and, while a
 window is open, ``layers.i.C.buffer_kv`` / ``buffer_gate`` ``[1, remainder, w]``. mlx-vlm keeps no
-overlap state (see :data:`DECODE_OVERLAP_GAP`). A snapshot is a copy of the cache objects with numpy
-arrays in place of mx arrays (an mx buffer slice-assigned in place changes under any alias);
+overlap state (see :data:`oracles.engines.mlx.deepseek_v4_gaps.DECODE_OVERLAP_GAP`). A snapshot is a
+copy of the cache objects with numpy arrays in place of mx arrays (an mx buffer slice-assigned in place changes under any alias);
 ``restore`` builds mx arrays from them.
 
 mlx and mlx-vlm are imported when the engine is built, so the registry imports this file anywhere.
@@ -40,22 +40,6 @@ if TYPE_CHECKING:
 MODEL_CLASS = "DeepseekV4ForCausalLM"
 #: The names of a layer's pooling caches, in mlx-vlm's CacheList order after the window.
 POOLS = ("compressor", "indexer")
-#: Measured here (twin, transformers 5.24 fp32 as the reference): on the cohort span's lane 0 (prefix 148,
-#: its teacher-forced tokens) mlx-vlm's prefill agrees within 5.4e-7 and its decode within the float32
-#: bounds until position 151, the first CSA entry closed one token at a time: there its logits differ by
-#: 1.2e-2, at most 8.4e-2 (step 130, position 278) over the 132 steps; mlx-vlm's own prefill of the same
-#: 152 tokens agrees within 3.0e-7. (With tokens 5, 6, ... after the same prefix the first gap was at 155,
-#: 4.2e-3: whether the indexer picks the entry depends on the tokens.) Cause: ``_overlap_compress_kv``
-#: pools the first window of every call with zero K / -inf gate in place of the previous window's first
-#: series, and ``PoolingCache`` keeps no overlap state across calls (transformers' ``DeepseekV4CSACache``
-#: keeps ``overlap_kv`` / ``overlap_gate``), so each CSA entry closed during decode drops its overlap.
-DECODE_OVERLAP_GAP = (
-    "mlx-vlm 0.7.10 DeepSeek-V4: a CSA entry closed during decode is pooled without the previous window's "
-    "overlap (_overlap_compress_kv zero-fills window 0 of each call; PoolingCache keeps no overlap state): on "
-    "deepseek-v4-twin after a 148-token prefill, decode logits differ from transformers by 1.2e-2 from position "
-    "151 (the first entry closed in decode; at most 8.4e-2 by 278), while its prefill of the same 152 tokens "
-    "agrees within 3.0e-7")
-
 #: Measured here (twin, the cohort family's 4 lanes of 148, MLX CPU): the batched decode differs from the
 #: serial one from the first step after the serial window wraps, and only by the window's row order:
 #: a serial ``RotatingKVCache`` writes each new row in place at its ring index, ``BatchRotatingKVCache.merge``
@@ -254,11 +238,17 @@ class MlxDeepseekV4Port(Engine):
         return BATCH_VARIANCE
 
     def known_gap(self, oracle: str, any_pin: bool = False) -> str | None:
-        """mlx-vlm's measured failures on the execution families, by test name
-        (:data:`oracles.engines.mlx.deepseek_v4_gaps.KNOWN_GAPS`), on the pin they were measured on."""
+        """mlx-vlm's measured failures on the execution families and the DeepSeek-V4 port checks, by test
+        name under this engine's own id (:data:`oracles.engines.mlx.deepseek_v4_gaps.KNOWN_GAPS`), on the pin
+        they were measured on."""
         from oracles.engines.mlx.deepseek_v4_gaps import known_gap
 
-        return known_gap(self.pin, oracle, any_pin)
+        return known_gap(self.pin, oracle, self.id, any_pin)
+
+    def translation_notes(self) -> tuple[str, ...]:
+        """The translated copy's config keys and weight renaming (:mod:`oracles.engines.mlx.deepseek_v4_load`)."""
+        keys = [f"{k} {v} from transformers' fields" for k, v in self.loaded["config_overrides"].items()]
+        return tuple(keys) + tuple(self.loaded["translations"])
 
     def resident_bytes(self, obj: Any) -> int:
         return sum(a.nbytes for a in self.cache_views(obj).values())

@@ -3,14 +3,11 @@ one call (what :class:`oracles.engines.taps.Taps` holds and why the taps add up 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
-from oracles.engines.taps import MIXER_NAMES, MLP_NAMES, Taps, assemble, find_child
-
-if TYPE_CHECKING:
-    from oracles.engines.mlx.lm import MlxPort
+from oracles.engines.taps import MIXER_NAMES, MLP_NAMES, Tapped, Taps, assemble, find_child
 
 
 class _Recorder:
@@ -28,7 +25,7 @@ class _Recorder:
         return getattr(self._module, attr)
 
 
-def mlx_taps(engine: MlxPort, ids: Sequence[int]) -> Taps:
+def mlx_taps(engine: Tapped, ids: Sequence[int]) -> Taps:
     """Taps of an :class:`oracles.engines.mlx.lm.MlxPort`: each layer's mixer and MLP are replaced by
     a :class:`_Recorder` for one ``forward(layers=True)`` and put back after (an mlx ``Module`` keeps
     children in its dict; assigning a plain object moves the name out of it, assigning the module back

@@ -85,10 +85,14 @@ class MlxVlmPort(Engine):
 
     @classmethod
     def unsupported_pin(cls, pin: Any) -> str | None:
-        """Why mlx-vlm cannot port ``pin`` (judged from the pin file: a text-only model), or None."""
+        """Why mlx-vlm cannot port ``pin`` (judged from the pin file: a text-only model; and from its pinned
+        config.json where materialised: :meth:`unsupported_config`), or None."""
+        from oracles.engines.guards import pinned_config
+
         if pin.modality != "vision":
             return f"mlx-vlm ports vision-language models; pin {pin.name} is {pin.model_class} (its port is mlx)"
-        return None
+        config = pinned_config(pin)
+        return None if config is None else cls.unsupported_config(config)
 
     @staticmethod
     def unsupported_config(config: dict[str, Any]) -> str | None:

@@ -1,6 +1,8 @@
-"""The d1 reference on an LFM2-VL snapshot: transformers' ``Lfm2VlForConditionalGeneration`` in float32
-on the CPU, fed by the System One prompt of :mod:`oracles.families.d1.system_one` and by its own
-picture preprocessing (:func:`preprocess`), never by a processor class.
+"""The reference's System One capability (:class:`oracles.engines.systems.SystemOneDecisions`) on an
+LFM2-VL snapshot: transformers' ``Lfm2VlForConditionalGeneration`` in float32 (the
+:class:`~oracles.engines.torch.reference.TorchReference` loaded on the pin), fed by the System One prompt
+and read-out of :mod:`oracles.families.d1.system_one` and by its own picture preprocessing
+(:func:`preprocess`), never by a processor class nor by a port's code.
 
 Why its own preprocessing: transformers 5.24's ``Lfm2VlImageProcessor`` is a torchvision backend, and
 PyPI's Linux torchvision wheel is CUDA-linked (with the CPU torch it fails on import: ``operator
@@ -17,7 +19,7 @@ path is not written here).
 
 So importing mlx_vlm, which replaces ``Lfm2VlProcessor.__init__``/``__call__``/``from_pretrained`` and
 its kwargs defaults, cannot reach the reference: it names no processor class. A suite test proves it
-(the same bits in a process that never imported mlx_vlm).
+(the same bits in a process that never imported mlx_vlm: :mod:`oracles.engines.torch.lfm2_vl_fresh`).
 
 torch and transformers are imported when the reference is built.
 """
@@ -33,7 +35,14 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from oracles.engines.base import Engine
+from oracles.engines.systems import DECISIONS
 from oracles.families.d1 import system_one as so
+
+#: The model class whose System One path this module writes.
+MODEL_CLASS = "Lfm2VlForConditionalGeneration"
+#: The vision inputs a decision carries, in the order the model takes them.
+VISION_KEYS = ("pixel_values", "pixel_attention_mask", "spatial_shapes")
 
 
 @dataclass
@@ -114,89 +123,101 @@ def image_text(px: Pixels) -> str:
     return "<|image_start|>" + "<image>" * px.tokens + "<|image_end|>"
 
 
-def foreign_pixels(vision: dict[str, np.ndarray], own: Sequence[Pixels]) -> list[Pixels]:
-    """Another processor's vision inputs (``pixel_values`` ``[N, P, 768]``, ``pixel_attention_mask``
-    ``[N, P]``, ``spatial_shapes`` ``[N, 2]``: one row per single-view picture) as :class:`Pixels`, with the
-    image-token counts of the reference's own ``own`` (so the reference can be fed a port's pixels).
-
-    Raises:
-        ValueError: the row count or a patch grid differs from ``own``'s.
-    """
-    values, mask, shapes = (np.asarray(vision[k]) for k in ("pixel_values", "pixel_attention_mask", "spatial_shapes"))
-    if len(values) != len(own):
-        raise ValueError(f"{len(values)} vision rows for {len(own)} pictures")
-    out = []
-    for i, px in enumerate(own):
-        if [int(x) for x in shapes[i]] != [int(x) for x in px.spatial_shapes[0]]:
-            raise ValueError(f"picture {i}: patch grid {shapes[i].tolist()} vs the reference's {px.spatial_shapes[0].tolist()}")
-        out.append(Pixels(values[i:i + 1].astype(np.float32), mask[i:i + 1].astype(np.int32),
-                          shapes[i:i + 1].astype(np.int64), px.size, px.tokens))
-    return out
+def image_tokens(spatial_shapes: np.ndarray, downsample: int) -> int:
+    """The ``<image>`` ids the pictures of ``spatial_shapes`` ``[N, 2]`` (patch rows, columns) become: per
+    picture ``ceil(rows / d) * ceil(cols / d)`` (LFM2-VL's pixel unshuffle by ``downsample_factor`` d)."""
+    return sum(math.ceil(int(r) / downsample) * math.ceil(int(c) / downsample) for r, c in np.asarray(spatial_shapes))
 
 
-class Lfm2VlD1Reference:
-    """The reference for System One requests on an LFM2-VL snapshot at ``root`` (module docstring).
+class _SystemOne:
+    """What the System One path reads besides the model: the snapshot's ``tokenizer.json`` through the
+    ``tokenizers`` library (no processor, no special tokens added: the prompt writes its BOS itself), the
+    BOS text, ``preprocessor_config.json`` and the image token id."""
 
-    ``tokenizer`` is the snapshot's ``tokenizer.json`` through the ``tokenizers`` library (no processor,
-    no special tokens added: the prompt writes its BOS itself).
-    """
-
-    id = "torch"
-
-    def __init__(self, root: Path, threads: int = 0) -> None:
-        import torch
+    def __init__(self, root: Path, model: Any) -> None:
         from tokenizers import Tokenizer
-        from transformers import Lfm2VlForConditionalGeneration
 
-        self.torch, self.root = torch, Path(root)
-        if threads:
-            torch.set_num_threads(threads)
-        self.tok = Tokenizer.from_file(str(self.root / "tokenizer.json"))
-        self.bos = str(json.loads((self.root / "tokenizer_config.json").read_text())["bos_token"])
-        self.pre = json.loads((self.root / "preprocessor_config.json").read_text())
-        self.model = Lfm2VlForConditionalGeneration.from_pretrained(self.root, dtype=torch.float32).eval()
-        self.image_token_id = int(self.model.config.image_token_id)
+        self.tok = Tokenizer.from_file(str(root / "tokenizer.json"))
+        self.bos = str(json.loads((root / "tokenizer_config.json").read_text())["bos_token"])
+        self.pre = json.loads((root / "preprocessor_config.json").read_text())
+        self.image_token_id = int(model.config.image_token_id)
 
     def encode(self, text: str) -> list[int]:
         return list(self.tok.encode(text, add_special_tokens=False).ids)
 
-    def decision_inputs(self, request: so.Request, images: Sequence[Any] = ()) -> tuple[list[int], list[list[int]],
-                                                                                          list[Pixels]]:
-        """``(trunk, branches, pixels)`` of a request, as D1Model lays them out: one question is a single
-        row (prefix + suffix, encoded as one text, no branches); several share the prefix as the trunk,
-        each suffix a branch. ``<image>`` markup is expanded per picture (:func:`image_text`)."""
-        pixels = [preprocess(im, self.pre) for im in images]
+
+def parse_questions(questions: Sequence[dict[str, Any]]) -> list[so.Question]:
+    """Published-form questions parsed by :func:`oracles.families.d1.system_one.parse_question` (named by position).
+
+    Raises:
+        FixtureError: a malformed question, naming its position and field.
+    """
+    return [so.parse_question(f"q{i}", dict(q), "decision request") for i, q in enumerate(questions)]
+
+
+class TorchDecisions(Engine):
+    """Mixin of :class:`oracles.engines.torch.reference.TorchReference`: System One on an LFM2-VL pin
+    (module docstring). Reads the reference's ``model`` and ``root``; refuses another model class."""
+
+    model: Any
+    _so: _SystemOne | None = None
+
+    def _system_one(self) -> _SystemOne:
+        """The System One path of this pin, built once.
+
+        Raises:
+            Unsupported: the pin is not an LFM2-VL model (the prompt and preprocessing are LFM2-VL's).
+        """
+        if self._so is None:
+            if self.pin_file.model_class != MODEL_CLASS:
+                raise self._unsupported(DECISIONS, f"the reference's System One path is written for {MODEL_CLASS} "
+                                                   f"(its picture preprocessing); pin {self.pin} is {self.pin_file.model_class}")
+            self._so = _SystemOne(self.root, self.model)
+        return self._so
+
+    def decision_inputs(self, state: str | dict[str, Any] | None, questions: Sequence[dict[str, Any]],
+                        images: Sequence[Any] = ()) -> tuple[list[int], list[list[int]], dict[str, np.ndarray]]:
+        """D1Model's layout written from the request form: one question is a single row (prefix + suffix,
+        encoded as one text); several share the prefix as the trunk, each suffix a branch; ``<image>``
+        markup is expanded per picture (:func:`image_text`) and its pixels are :func:`preprocess`'s."""
+        sys1 = self._system_one()
+        pixels = [preprocess(im, sys1.pre) for im in images]
         # the template's markup is one <image> per picture at the head of the turn; each is expanded in order
-        head = so.prefix(request.state, self.bos, "".join(image_text(px) for px in pixels))
-        tails = [so.suffix(self.encode, q) for q in request.questions]
+        head = so.prefix(state, sys1.bos, "".join(image_text(px) for px in pixels))
+        tails = [so.suffix(sys1.encode, q) for q in parse_questions(questions)]
+        vision = {k: np.concatenate([getattr(p, k) for p in pixels]) for k in VISION_KEYS} if pixels else {}
         if len(tails) == 1:
-            return self.encode(head + tails[0]), [], pixels
-        return self.encode(head), [self.encode(t) for t in tails], pixels
+            return sys1.encode(head + tails[0]), [], vision
+        return sys1.encode(head), [sys1.encode(t) for t in tails], vision
 
-    def _vision(self, pixels: Sequence[Pixels]) -> dict[str, Any]:
-        t = self.torch
-        if not pixels:
-            return {}
-        return {"pixel_values": t.from_numpy(np.concatenate([p.pixel_values for p in pixels])),
-                "pixel_attention_mask": t.from_numpy(np.concatenate([p.pixel_attention_mask for p in pixels])),
-                "spatial_shapes": t.from_numpy(np.concatenate([p.spatial_shapes for p in pixels]))}
+    def decision_readout_ids(self, question: dict[str, Any]) -> list[list[int]]:
+        """System One's read-out groups (:func:`oracles.families.d1.system_one.readout_groups`) in this tokenizer."""
+        sys1 = self._system_one()
+        return so.readout_groups(sys1.encode, parse_questions([question])[0])
 
-    def answer_logprobs(self, trunk: Sequence[int], branches: Sequence[Sequence[int]],
-                        pixels: Sequence[Pixels] = ()) -> list[np.ndarray]:
+    def decision_logprobs(self, trunk: Sequence[int], branches: Sequence[Sequence[int]],
+                          vision: dict[str, np.ndarray] | None = None) -> list[np.ndarray]:
         """Log-softmax ``[V]`` float32 at the answer slot: of ``trunk`` alone when there are no branches,
         else of each branch after the trunk's cache (a deep copy per branch, so one branch never sees
-        another).
+        another). ``vision`` may be another processor's (a port's), its rows trimmed to any patch count.
 
         Raises:
             ValueError: the ids' ``<image>`` count differs from the pictures' image tokens.
         """
-        t = self.torch
-        want = sum(p.tokens for p in pixels)
-        if list(trunk).count(self.image_token_id) != want:
-            raise ValueError(f"{list(trunk).count(self.image_token_id)} <image> ids for {want} image tokens")
+        import torch as t
+
+        sys1 = self._system_one()
+        vision = vision or {}
+        want = image_tokens(vision["spatial_shapes"], int(sys1.pre["downsample_factor"])) if vision else 0
+        if list(trunk).count(sys1.image_token_id) != want:
+            raise ValueError(f"{list(trunk).count(sys1.image_token_id)} <image> ids for {want} image tokens")
+        inputs = {} if not vision else {
+            "pixel_values": t.from_numpy(np.asarray(vision["pixel_values"], dtype=np.float32)),
+            "pixel_attention_mask": t.from_numpy(np.asarray(vision["pixel_attention_mask"], dtype=np.int32)),
+            "spatial_shapes": t.from_numpy(np.asarray(vision["spatial_shapes"], dtype=np.int64))}
         ids = t.tensor([list(trunk)], dtype=t.long)
         with t.no_grad():
-            out = self.model(input_ids=ids, use_cache=bool(branches), logits_to_keep=1, **self._vision(pixels))
+            out = self.model(input_ids=ids, use_cache=bool(branches), logits_to_keep=1, **inputs)
             if not branches:
                 return [t.log_softmax(out.logits[0, -1].float(), dim=-1).numpy()]
             cache = out.cache if hasattr(out, "cache") else out.past_key_values
@@ -207,35 +228,13 @@ class Lfm2VlD1Reference:
                 res.append(t.log_softmax(step.logits[0, -1].float(), dim=-1).numpy())
         return res
 
-    def describe(self) -> dict[str, Any]:
-        import transformers
-
-        return {"engine": self.id, "class": f"{type(self).__module__}.{type(self).__qualname__}",
-                "model_class": type(self.model).__name__, "dtype": "float32", "device": "cpu",
-                "torch": str(self.torch.__version__), "transformers": str(transformers.__version__),
-                "preprocessing": "oracles.engines.torch.lfm2_vl.preprocess (torch ops; no torchvision)"}
-
-
-def main(argv: Sequence[str]) -> int:
-    """``python -m oracles.engines.torch.lfm2_vl ROOT RECORD_ID OUT.npz THREADS``: the reference's API path of
-    one System One record in a fresh process (the suite's unpatched-processor proof): ``trunk``, the
-    pictures' ``pixel_values`` and each question's ``logz``; exits 3 if mlx_vlm got imported."""
-    import sys
-
-    root, rid, out = Path(argv[0]), argv[1], Path(argv[2])
-    from oracles.families.d1 import system_one_run as sr
-
-    req = next(r for r in so.load_requests() if r.id == rid)
-    ref = Lfm2VlD1Reference(root, int(argv[3]))
-    trunk, branches, pixels = ref.decision_inputs(req, sr.pictures(req))
-    logz = ref.answer_logprobs(trunk, branches, pixels)
-    arrays: dict[str, Any] = {"trunk": np.array(trunk), "pixel_values": np.concatenate([p.pixel_values for p in pixels]),
-                              **{f"logz{i}": z for i, z in enumerate(logz)}}
-    np.savez(out, **arrays)
-    return 3 if "mlx_vlm" in sys.modules else 0
-
-
-if __name__ == "__main__":
-    import sys
-
-    sys.exit(main(sys.argv[1:]))
+    def decision_predict(self, state: str | dict[str, Any] | None, questions: dict[str, dict[str, Any]],
+                         images: Sequence[Any] = ()) -> dict[str, Any]:
+        """System One's answers (:func:`oracles.families.d1.system_one.answer`) of this engine's read-out
+        of its own log-probabilities, on the API path."""
+        names, forms = list(questions), list(questions.values())
+        trunk, branches, vision = self.decision_inputs(state, forms, images)
+        logz = self.decision_logprobs(trunk, branches, vision)
+        parsed = parse_questions(forms)
+        return {"answers": {n: so.answer(q, so.readout(z, self.decision_readout_ids(f)))
+                            for n, q, f, z in zip(names, parsed, forms, logz)}}

@@ -22,6 +22,9 @@ from oracles.engines.base import Engine, Generation, Prompt, Sampler, Step, chec
 from oracles.engines.torch import cohort_dsv4 as dsv4
 from oracles.engines.torch.cohort import TorchCohort
 from oracles.engines.torch.device import to_f4
+from oracles.engines.torch.lfm2_vl import TorchDecisions
+from oracles.engines.torch.mtp import TorchMtp
+from oracles.engines.torch.placement import Placement, load_placed, placement_facts
 
 if TYPE_CHECKING:
     from oracles.pins.pin import Pin
@@ -49,8 +52,11 @@ def _as_list(value: Any) -> list[int]:
 
 
 #: Names decoders give their final norm (Llama-like ``norm``; Phi-1/2 ``final_layernorm``; OPT-like
-#: ``final_layer_norm``), each the module whose output the LM head reads.
-FINAL_NORMS = ("norm", "final_layernorm", "final_layer_norm")
+#: ``final_layer_norm``; LFM2's ``embedding_norm``), each the module whose output the LM head reads.
+FINAL_NORMS = ("norm", "final_layernorm", "final_layer_norm", "embedding_norm")
+#: Vision-language classes whose text path this engine runs (a forward refuses pictures): their own systems
+#: are its capabilities (Inkling's MTP layer, :mod:`.mtp`; System One on LFM2-VL, :mod:`.lfm2_vl`).
+TEXT_PATH_CLASSES = ("InklingForConditionalGeneration", "Lfm2VlForConditionalGeneration")
 
 
 def decoder_norm(decoder: Any, pin: str, model_class: str) -> Any:
@@ -82,8 +88,9 @@ def decoder_norm(decoder: Any, pin: str, model_class: str) -> Any:
     return norm
 
 
-class TorchReference(TorchCohort):
-    """transformers ``AutoModelForCausalLM`` from a verified snapshot, float32 on :attr:`device`.
+class TorchReference(TorchMtp, TorchDecisions, TorchCohort):
+    """transformers ``AutoModelForCausalLM`` from a verified snapshot, float32 on :attr:`device`; MTP drafting
+    and System One where the model has them (:class:`~oracles.engines.torch.mtp.TorchMtp`, :class:`TorchDecisions`).
 
     Args:
         root: the snapshot folder (config, weights, tokenizer, chat template).
@@ -93,15 +100,21 @@ class TorchReference(TorchCohort):
             float32 with TF32 off on CUDA: :mod:`oracles.engines.torch.cuda`).
         dtype: ``"float32"`` (the reference), or ``"bfloat16"`` / ``"float16"``: the same code with the
             weights cast and every activation computed in that dtype, the band a reduced-precision port is
-            calibrated against; or ``"q8_1"`` / ``"q8_0"``: float32 with every Linear's input rounded to ggml's 8-bit
+            calibrated against; or ``"q8_1"`` / ``"q8_0"`` / ``"q8_K"`` / ``"per-tensor"`` (each Linear as the
+            snapshot's ``ggml_rounding.json`` says): float32 with every Linear's input rounded to ggml's 8-bit
             activation blocks (:mod:`oracles.engines.torch.activations`), the band of llama.cpp's CPU
             on a quantized GGUF. Its id is then ``torch@<dtype>``. Outputs are float32 numpy either way.
+        max_memory: bytes of the weights held in CPU memory, the rest read from disk as each module runs
+            (``--reference-max-memory``); ``device_map``: ``"auto"`` spreads them over the visible GPUs
+            (``--reference-device-map``): :mod:`oracles.engines.torch.placement`.
 
     Raises:
-        ValueError: another ``dtype``.
+        ValueError: another ``dtype``, or both ``max_memory`` and ``device_map``.
     """
 
     id = "torch"
+    #: The placements this engine takes (``--reference-max-memory``, ``--reference-device-map``).
+    placements: ClassVar[tuple[str, ...]] = ("max_memory", "device_map")
     device = "cpu"
     devices: ClassVar[tuple[str, ...]] = ("cpu", "cuda", "mps")
 
@@ -126,17 +139,17 @@ class TorchReference(TorchCohort):
 
         if single := single_file_artifact(pin):
             return f"transformers loads a model folder (config.json and weights); pin {pin.name}'s artifact is {single}"
-        if pin.modality != "text" and pin.model_class not in VISION_CLASSES:
-            return (f"this adapter loads text models and the vision-language classes {', '.join(VISION_CLASSES)}; "
-                    f"pin {pin.name} is {pin.model_class}")
+        if pin.modality != "text" and pin.model_class not in VISION_CLASSES + TEXT_PATH_CLASSES:
+            return (f"this adapter loads text models, the vision-language classes {', '.join(VISION_CLASSES)} and the "
+                    f"text paths of {', '.join(TEXT_PATH_CLASSES)}; pin {pin.name} is {pin.model_class}")
         return None
 
     #: The compute dtypes this engine runs in: float32 is the reference; a lower one is the band engine
     #: a reduced-precision port is calibrated against (:mod:`oracles.checks.judgment`).
-    DTYPES: ClassVar[tuple[str, ...]] = ("float32", "bfloat16", "float16", "q8_0", "q8_1")
+    DTYPES: ClassVar[tuple[str, ...]] = ("float32", "bfloat16", "float16", "q8_0", "q8_1", "q8_K", "per-tensor")
 
     def __init__(self, root: Path, pin: Pin, threads: int = 0, device: str | None = None,
-                 dtype: str = "float32") -> None:
+                 dtype: str = "float32", max_memory: int | None = None, device_map: str | None = None) -> None:
         super().__init__(root, pin, threads)
         if dtype not in self.DTYPES:
             raise ValueError(f"engine {self.id}: dtype {dtype!r}; expected one of {', '.join(self.DTYPES)}")
@@ -155,14 +168,14 @@ class TorchReference(TorchCohort):
         if threads > 0:
             torch.set_num_threads(threads)
         self.tokenizer = AutoTokenizer.from_pretrained(self.root)
-        rounded = dtype in ("q8_0", "q8_1")  # float32 with ggml's 8-bit activation blocks (they round alike)
+        rounded = dtype.startswith("q8") or dtype == "per-tensor"  # float32 with ggml's 8-bit activation blocks
         self._torch_dtype = torch.float32 if rounded else getattr(torch, dtype)
-        self.model = model_class(self.root).from_pretrained(self.root, dtype=self._torch_dtype,
-                                                            device_map=self.device).eval()
+        self._placement = Placement(max_memory, device_map)  # accelerate's offload or spread, else one device
+        self.model = load_placed(model_class(self.root), self.root, self._torch_dtype, self.device, self._placement)
         if rounded:
-            from oracles.engines.torch.activations import install_q8_activations
+            from oracles.engines.torch.activations import install_q8_activations, read_plan
 
-            install_q8_activations(self.model)
+            install_q8_activations(self.model, dtype, read_plan(self.root) if dtype == "per-tensor" else None)
         cfg = self.model.config.get_text_config()  # a VL config holds the text model's under text_config
         self.vocab_size = int(cfg.vocab_size)
         self.hidden_size = int(cfg.hidden_size)
@@ -179,7 +192,8 @@ class TorchReference(TorchCohort):
         self._decoder.embed_tokens.register_forward_hook(self._tap_layer)
         for layer in self._decoder.layers:
             layer.register_forward_hook(self._tap_layer)
-        self._vision = VisionPath(self) if is_vision_config(self.root) else None  # images and video
+        text_path = pin.model_class in TEXT_PATH_CLASSES
+        self._vision = VisionPath(self) if is_vision_config(self.root) and not text_path else None  # images and video
 
     def _tap_layer(self, _module: Any, _inputs: Any, output: Any) -> None:
         if self._layer_rows is not None:  # decoder layers of some classes return a tuple headed by the tensor
@@ -189,7 +203,8 @@ class TorchReference(TorchCohort):
         import torch
 
         return {**super().describe(), "model_class": type(self.model).__name__, "threads": torch.get_num_threads(),
-                "dtype": self.dtype, "device": self.device, **self._device_facts, "torch": str(torch.__version__)}
+                "dtype": self.dtype, "device": self.device, **self._device_facts, "torch": str(torch.__version__),
+                **placement_facts(self.model, self._placement)}
 
     # -- forward and cache --------------------------------------------------------------------
     def make_cache(self) -> Any:
@@ -369,12 +384,6 @@ class TorchReference(TorchCohort):
         except ValueError as exc:
             return f"transformers {transformers.__version__} generate(assistant_model=...): {exc}"
         return None
-
-    def mtp(self) -> Any:
-        """This model's MTP head (issue 18 mtp: :class:`oracles.engines.torch.mtp.TorchMtp`)."""
-        from oracles.engines.torch.mtp import TorchMtp
-
-        return TorchMtp(self.model)
 
 
 def _croppable(layer: Any) -> bool:

@@ -3,20 +3,29 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
-from oracles.engines.taps import MIXER_NAMES, MLP_NAMES, Taps, assemble, child, find_child
+from oracles.engines.taps import (
+    ATTN_NORM_NAMES,
+    MIXER_NAMES,
+    MLP_NAMES,
+    MLP_NORM_NAMES,
+    Tapped,
+    Taps,
+    assemble,
+    child,
+    find_child,
+)
 
-if TYPE_CHECKING:
-    from oracles.engines.torch.reference import TorchReference
 
-
-def torch_taps(engine: TorchReference, ids: Sequence[int]) -> Taps:
+def torch_taps(engine: Tapped, ids: Sequence[int]) -> Taps:
     """Taps of a :class:`oracles.engines.torch.reference.TorchReference` (or an engine that wraps its model
-    and has the same ``forward(layers=True)``): forward hooks on each layer's mixer and MLP and a pre-hook
-    on the MLP's ``down_proj`` (its input's absmax), removed before returning.
+    and has the same ``forward(layers=True)``): forward hooks on each layer's mixer and MLP, on the norms
+    before them where the layer names them (:data:`~oracles.engines.taps.ATTN_NORM_NAMES`,
+    :data:`~oracles.engines.taps.MLP_NORM_NAMES`), and a pre-hook on the MLP's ``down_proj`` (its input's
+    absmax), removed before returning.
 
     Raises:
         LookupError: a layer without a recognised mixer or MLP child.
@@ -43,6 +52,10 @@ def torch_taps(engine: TorchReference, ids: Sequence[int]) -> Taps:
             mlp = child(layer, find_child(layer, MLP_NAMES, "MLP"))
             handles.append(child(layer, mixer).register_forward_hook(keep("attn", i)))
             handles.append(mlp.register_forward_hook(keep("mlp", i)))
+            for kind, names in (("attn_norm", ATTN_NORM_NAMES), ("mlp_norm", MLP_NORM_NAMES)):
+                norms = [child(layer, name) for name in names if child(layer, name) is not None]
+                if norms:
+                    handles.append(norms[0].register_forward_hook(keep(kind, i)))
             if (proj := child(mlp, "down_proj")) is not None:  # transformers' gated MLPs name it so
                 handles.append(proj.register_forward_pre_hook(peak(i)))
         step = engine.forward(list(ids), layers=True)

@@ -29,15 +29,25 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Protocol, Sequence
 
 import numpy as np
 
 from oracles.engines.base import Prompt, Unsupported, as_prompt, check_forward_length
+from oracles.engines.guards import Guarded
 from oracles.engines.vision import MediaRun, VisionSpec, VisionStep, check_pads, mm_token_types, split_rows
 
-if TYPE_CHECKING:
-    from oracles.engines.torch.reference import TorchReference
+
+class VisionHost(Guarded, Protocol):
+    """What the vision path reads and sets of the reference it serves
+    (:class:`~oracles.engines.torch.reference.TorchReference`): its snapshot folder, loaded model, facts for the
+    guards, and the capture lists its hooks fill (the final norm's outputs; the layers' rows while a
+    ``layers=True`` forward runs)."""
+
+    root: Path
+    model: Any
+    _captured: list[Any]
+    _layer_rows: list[Any] | None
 
 
 #: The vision-language classes this path reads (its processor, tower and rope-delta state are Qwen3.5's).
@@ -71,9 +81,10 @@ def _pil(image: Any) -> Any:
 
 
 class VisionPath:
-    """The VL forward of a loaded :class:`TorchReference` (see the module docstring)."""
+    """The VL forward of a loaded :class:`~oracles.engines.torch.reference.TorchReference` (see the module
+    docstring)."""
 
-    def __init__(self, engine: TorchReference) -> None:
+    def __init__(self, engine: VisionHost) -> None:
         from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
         self.engine = engine
