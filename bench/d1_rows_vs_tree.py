@@ -24,9 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from oracles.engines import engine_class  # noqa: E402
 from oracles.engines.base import Engine  # noqa: E402
+from oracles.families import DEFAULT_PIN  # noqa: E402
 from oracles.families.d1 import records as d1  # noqa: E402
 from oracles.families.d1.run import row_pass, tree_pass  # noqa: E402
-from oracles.pins.pin import DEFAULT_PIN, load_pin, snapshot_dir, verify_snapshot  # noqa: E402
+from oracles.pins.pin import load_pin, snapshot_dir, verify_snapshot  # noqa: E402
 
 Rows = dict[tuple[str, str], dict[str, Any]]
 

@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-#: What the default run skips on a port (--port-records sample: oracles/plugin/port_scope.py).
-PORT_MAX_TOKENS = 256  # = oracles.plugin.port_scope.EXECUTION_SAMPLE_TOKENS; kept literal so the bench imports nothing first
+#: What the default run skips on a port (--port-records sample: oracles/families/port_scope.py).
+PORT_MAX_TOKENS = 256  # = oracles.families.port_scope.EXECUTION_SAMPLE_TOKENS; kept literal so the bench imports nothing first
 
 
 def bare(threads: int) -> None:

@@ -9,6 +9,10 @@ read once per registry, each class imported once per registry. The module functi
 (:func:`engine_class`, :func:`unavailable_reason`, ...) answer from the registry of the run in
 progress (:func:`current`), or from a fresh one outside any run.
 
+Two kinds of id are made by the run rather than listed: ``wire:NAME`` (a far side the project's ini names) and
+``recorded:DIR`` (a recording as an engine, :mod:`oracles.engines.recorded`); an engine ``--record`` names
+resolves to its class recording every answer (:meth:`Registry.record`).
+
 Resolving an id imports the adapter's module, which is light: adapters import their framework when an
 engine is built, so ``unavailable_reason`` (a classmethod) answers without torch or mlx.
 """
@@ -17,6 +21,9 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import os
+import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from oracles.active import Active
@@ -24,6 +31,7 @@ from oracles.errors import OracleError
 
 if TYPE_CHECKING:
     from oracles.engines.base import Engine
+    from oracles.engines.wire.config import Target
 
 BUILTIN: dict[str, str] = {
     "torch": "oracles.engines.torch.reference:TorchReference",
@@ -32,40 +40,86 @@ BUILTIN: dict[str, str] = {
     "mlx-vlm": "oracles.engines.mlx.vlm:MlxVlmPort",
     "mlx-vlm-d1": "oracles.engines.mlx.d1:MlxVlmD1",
     "mlx-vlm-dsv4": "oracles.engines.mlx.deepseek_v4:MlxDeepseekV4Port",
+    "mlx-vlm-mtp": "oracles.engines.mlx.mtp:MlxVlmMtp",
     "mtplx": "oracles.engines.mlx.mtplx:MtplxPort",
     "llamacpp": "oracles.engines.llamacpp.engine:LlamaCppPort",
     "litert": "oracles.engines.litert.engine:LiteRtPort",
+    "onnxruntime": "oracles.engines.onnx.engine:OnnxRuntimePort",
+    "executorch": "oracles.engines.executorch.engine:ExecuTorchPort",  # issue 27
 }
 GROUP = "oracles.engines"
+#: The id prefix of a recording as an engine: ``recorded:DIR`` (:mod:`oracles.engines.recorded.replay`).
+RECORDED = "recorded:"
 
 
 class Registry:
     """Engine id -> ``"module:Class"`` of one run, and the classes resolved from it (each imported once).
 
-    ``Registry()`` reads :data:`BUILTIN` and the entry points of :data:`GROUP` now (an entry point may
-    add an id, never replace a built-in one); ``Registry(table)`` takes ``table`` as it is.
+    ``Registry()`` reads :data:`BUILTIN` and the entry points of :data:`GROUP` (:func:`plugged`: read again
+    when the import path changed; an entry point may add an id, never replace a built-in one);
+    ``Registry(table)`` takes ``table`` as it is. ``ini``: the project's ini file, whose ``oracles_wire``
+    lines add the far sides ``wire:NAME`` (:mod:`oracles.engines.wire.config`).
+
+    Raises (from ``__init__``):
+        OracleError: a malformed ``oracles_wire`` line (file and line named).
     """
 
-    def __init__(self, table: dict[str, str] | None = None) -> None:
+    def __init__(self, table: dict[str, str] | None = None, ini: Path | None = None) -> None:
         if table is None:
             table = dict(BUILTIN)
-            for ep in importlib.metadata.entry_points(group=GROUP):
-                table.setdefault(ep.name, ep.value)
+            for name, value in plugged():
+                table.setdefault(name, value)
+        # issue 25 (wire): the project's far sides, each an engine wire:NAME of its own class
+        self.wire = _wire_targets(ini)
+        table.update({engine_id: f"{t.origin}: {t.address}" for engine_id, t in self.wire.items()})
         self.table = table
         self._classes: dict[str, type[Engine] | str] = {}
+        #: issue 26 (recordings): engine id -> the store its answers are written to (``--record ENGINE=DIR``)
+        self.recordings: dict[str, Path] = {}
+
+    def record(self, engine_id: str, folder: Path) -> None:
+        """Write every answer of ``engine_id`` to the store at ``folder`` from now on
+        (:func:`oracles.engines.recorded.recorder.recording_class`)."""
+        self.recordings[engine_id] = folder
+        self._classes.pop(engine_id, None)
+
+    def knows(self, engine_id: str) -> bool:
+        """Whether ``engine_id`` names an engine: one of the table, or a recording ``recorded:DIR``."""
+        return engine_id in self.table or engine_id.startswith(RECORDED)
+
+    def close(self) -> int:
+        """Close every far side this registry's wire engines started (the run's end); returns how many."""
+        if not self.wire:
+            return 0
+        from oracles.engines.wire.transport import close_owned
+
+        return close_owned(self)
 
     def load(self, engine_id: str) -> "type[Engine] | str":
         """The class of ``engine_id``, or a one-line reason it cannot be had (unknown, import failed,
-        not an Engine, an id other than its name)."""
+        not an Engine, an id other than its name); a recorded engine's recording class."""
         if engine_id not in self._classes:
-            self._classes[engine_id] = self._import(engine_id)
+            cls = self._import(engine_id)
+            if engine_id in self.recordings and not isinstance(cls, str):
+                from oracles.engines.recorded.recorder import recording_class
+
+                cls = recording_class(cls, self.recordings[engine_id])
+            self._classes[engine_id] = cls
         return self._classes[engine_id]
 
     def _import(self, engine_id: str) -> "type[Engine] | str":
         from oracles.engines.base import Engine
 
+        if engine_id.startswith(RECORDED):  # issue 26: a recording as an engine
+            from oracles.engines.recorded.replay import recorded_class
+
+            return recorded_class(engine_id)
         if engine_id not in self.table:
             return f"unknown engine {engine_id!r}; known: {', '.join(sorted(self.table))}"
+        if engine_id in self.wire:  # issue 25 (wire): a far side's class, made here
+            from oracles.engines.wire.client import wire_class
+
+            return wire_class(self.wire[engine_id], owner=self)
         where = self.table[engine_id]
         module, _, name = where.partition(":")
         origin = "built-in" if engine_id in BUILTIN else f"entry point {GROUP}:{engine_id}"
@@ -119,13 +173,48 @@ class Registry:
         for engine_id in (v.strip() for v in value.split(",")):
             if not engine_id or engine_id == reference or engine_id in out:
                 continue
-            if engine_id not in self.table:
-                raise OracleError(f"--port {engine_id!r}: unknown engine; known: {', '.join(sorted(self.table))}")
+            if not self.knows(engine_id):
+                raise OracleError(f"--port {engine_id!r}: unknown engine; known: {', '.join(sorted(self.table))}, "
+                                  f"{RECORDED}DIR")
             if (reason := self.unavailable_reason(engine_id)) is not None:
                 raise OracleError(f"--port {engine_id!r}: engine cannot run here: {reason}; drop it, or use --port "
                                   "auto to run the ports that can")
             out.append(engine_id)
         return out
+
+
+#: The entry points of :data:`GROUP` last read, and the state of the import path they were read in (:func:`plugged`).
+_PLUGGED: list[tuple[tuple[tuple[str, int], ...], tuple[tuple[str, str], ...]]] = []
+
+
+def plugged() -> tuple[tuple[str, str], ...]:
+    """(name, ``module:Class``) of each ``oracles.engines`` entry point installed, in the order
+    ``importlib.metadata`` gives them. Read again only when the import path changed: a folder of ``sys.path``
+    added, dropped or modified (a distribution installed into it); a reading opens every installed
+    distribution's metadata (about 5 ms with 90 installed), and a process opens a registry per command and
+    per session. A folder's modification time moves when an entry is added to it or taken out, within the
+    file system's clock granularity (a few ms on ext4)."""
+    state = tuple((folder, _mtime_ns(folder)) for folder in sys.path)
+    if not _PLUGGED or _PLUGGED[0][0] != state:
+        _PLUGGED[:] = [(state, tuple((ep.name, ep.value) for ep in importlib.metadata.entry_points(group=GROUP)))]
+    return _PLUGGED[0][1]
+
+
+def _mtime_ns(folder: str) -> int:
+    """The modification time of ``folder`` (``""``: the current folder, by its absolute path), -1 where it is none."""
+    try:
+        return os.stat(os.path.abspath(folder or ".")).st_mtime_ns
+    except OSError:
+        return -1
+
+
+def _wire_targets(ini: Path | None) -> "dict[str, Target]":
+    """The far sides an ini file names (none without one, or without the key)."""
+    if ini is None:
+        return {}
+    from oracles.engines.wire.config import read_ini
+
+    return read_ini(ini)
 
 
 #: The engine registries of the runs in progress (:mod:`oracles.active`): a run nested in another sees its own.

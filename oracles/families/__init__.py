@@ -30,13 +30,17 @@ TEXT_PINS = (DEFAULT_PIN, HYBRID_PIN)
 #: litert-torch converts it, run by LiteRT, both as its generative export (prefill/decode over a KV cache)
 #: and as a plain graph (one 512-position signature, no cache: prefill records and the d1 row path). A
 #: band: the shipped Q4_1 GGUF on llama.cpp (the q8_1 band; the default pin is that file's float32
-#: dequantisation). mlx-lm's conversions (bfloat16 in its band,
+#: dequantisation). The draft twin as torch.onnx.export makes it, run by ONNX Runtime (exact; its int8
+#: quantize_dynamic export has no exact reference and is graded instead: oracles/suite/test_onnx_graded.py).
+#: mlx-lm's conversions (bfloat16 in its band,
 #: 8-bit and 4-bit exact against their dequantized snapshots) run with ``--port-pin`` naming them:
 #: ``make test`` holds their "ping" prefill through the port family and ``oracles compare``
 #: (tests/unit/test_compare_conversions.py), the 4-bit fault panel and their graded cost; their whole
 #: port family is mlx-lm CPU (~7 tokens/s here): 114 s of test time for the 4-bit one, 74 s for
 #: bfloat16 with its graded test, which ``make test``'s 20-minute budget does not hold beside the runtimes'.
-CONVERSION_PINS = ("smollm2-gguf-f32", "smollm2-gguf-q4_1", "smollm2-draft-twin-litert", "smollm2-draft-twin-litert-plain")
+CONVERSION_PINS = ("smollm2-gguf-f32", "smollm2-gguf-q4_1", "smollm2-draft-twin-litert", "smollm2-draft-twin-litert-plain",
+                   "smollm2-draft-twin-onnx",
+                   "smollm2-draft-twin-executorch")  # issue 27: the twin's float32 .pte, run by ExecuTorch
 #: The conversions among :data:`CONVERSION_PINS` whose runtime also runs the engine families by default
 #: (mtplx's forward, decode, generation and speculative rounds, d1's read-out, the cohort: each port's
 #: own checks on the artifact), where the family serves the artifact's precision

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 import oracles.families as families
-from oracles.pins.project import DEFAULTS, PINS_KEY, RECORDS_KEY
+from oracles.ini import DEFAULTS, PINS_KEY, RECORDS_KEY
 from oracles.plugin.names import FIXTURES, PARAMETERS, TOKENS_MISSING
 from oracles.plugin.options import add_options, asked, enabled_by_options
 
@@ -57,6 +57,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                   help=f"the project's pins folder, before the built-in pins (default {DEFAULTS[PINS_KEY]})")
     parser.addini(RECORDS_KEY, type="paths", default=[],
                   help=f"the project's records folder for per-tokenizer token ids (default {DEFAULTS[RECORDS_KEY]})")
+    # issue 25 (wire): the far sides the project runs as engines wire:NAME (oracles/engines/wire/config.py)
+    parser.addini("oracles_wire", type="linelist", default=[],
+                  help="far sides run as engines wire:NAME: 'NAME = COMMAND', 'NAME = tcp://HOST:PORT', "
+                       "'NAME.pins = PIN,...', 'NAME.same-as = ENGINE', 'NAME.timeout = SECONDS' (docs/wire.md)")
 
 
 def session_of(config: pytest.Config) -> OracleSession:

@@ -16,6 +16,7 @@ import pytest
 
 from oracles.engines.base import Unsupported
 from oracles.errors import OracleError
+from oracles.families.port_scope import LeftOut
 from oracles.plugin.collect import item_family
 from oracles.plugin.settings import Settings
 from oracles.plugin.state import ENGINE_KEY, EVENTS_KEY, FAMILY_KEY, RunState
@@ -39,9 +40,11 @@ class ActiveHooks:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
-        """xdist: hand the run id, start time and --resume file to each worker (deadlines, staging, skips agree)."""
+        """xdist: hand the run id, start time, --resume file and whether groups stay whole to each worker
+        (deadlines, staging, skips and the run memo agree)."""
         state = self.state
         node.workerinput["oracles"] = {"run_id": state.run_id, "started_wall": state.started_wall,
+                                       "loadgroup": getattr(node.config.option, "dist", "no") == "loadgroup",
                                        "resume": str(Path(state.resume_path).resolve()) if state.resume_path else None,
                                        "resume_rerun": [row["nodeid"] for row in state.resume_not_carried]}
 
@@ -55,14 +58,20 @@ class ActiveHooks:
         workeroutput = getattr(session.config, "workeroutput", None)
         if workeroutput is not None:  # an xdist worker: the controller collects no items, so it is told
             workeroutput[FAMILIES_OUTPUT] = _families(session.items)
+            workeroutput[SCOPE_OUTPUT] = state.port_scope
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
         """xdist: the controller takes the families a worker collected (sent when the worker finishes)."""
         state = self.state
-        families = getattr(node, "workeroutput", {}).get(FAMILIES_OUTPUT)
+        output = getattr(node, "workeroutput", {})
+        families, scope = output.get(FAMILIES_OUTPUT), output.get(SCOPE_OUTPUT)
         if state.controller and isinstance(families, dict):
             state.families.update(families)
+        if state.controller and isinstance(scope, dict) and scope:
+            left_out = LeftOut.from_json(scope)
+            left_out.merge(state.port_scope)
+            state.port_scope = left_out.to_json()
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
@@ -121,6 +130,8 @@ class ActiveHooks:
 
 #: The ``workeroutput`` key under which an xdist worker sends the families of the tests it collected.
 FAMILIES_OUTPUT = "oracles_families"
+#: ... and the tests the port scope left out of its collection (:meth:`oracles.families.port_scope.LeftOut.to_json`).
+SCOPE_OUTPUT = "oracles_port_scope"
 
 
 def _families(items: list[pytest.Item]) -> dict[str, str]:

@@ -8,10 +8,12 @@ built once per worker):
 * a test taking ``port_id`` runs on every compatible (pin, port) pair; one taking ``port_pin`` too (the
   ``port`` fixture does) also on each ``--port-pin`` pair, the port loading the artifact pin
   (:meth:`Settings.port_triples`; id ``PIN-PORT@ARTIFACT``);
-* a test taking only ``pin`` runs on each of its family's pins.
+* a test taking only ``pin`` runs on each of its family's pins;
+* a test of a ``builtin_pin(NAME)`` module runs on that pin alone, with each engine or port that can load it.
 
-Then each item gets its xdist group (:func:`oracles.plugin.groups.record_group`), a port engine's test of a
-record ``--port-records`` leaves out is skipped naming the setting, slow tests without ``--runslow``
+Then a port engine's test of a record ``--port-records`` leaves out is deselected (counted per port for
+the terminal summary and the receipt), each item gets its xdist group
+(:func:`oracles.plugin.groups.record_group`), slow tests without ``--runslow``
 and gpu tests without an accelerator are skipped, and tests that passed in a ``--resume`` source are
 skipped as carried over.
 
@@ -38,6 +40,7 @@ from _pytest.mark.structures import get_unpacked_marks
 
 from oracles.errors import TokensMissing
 from oracles.families import Family, family_of
+from oracles.families.port_scope import EXECUTION_SAMPLE_TOKENS, LeftOut
 from oracles.plugin.groups import record_group
 from oracles.plugin.names import PARAMETERS, TOKENS_MISSING
 
@@ -59,7 +62,9 @@ def parametrize(metafunc: pytest.Metafunc, settings: Settings) -> None:
     """Fill ``pin``, ``engine_id`` and ``port_id`` (module docstring)."""
     names = metafunc.fixturenames
     family = _family(metafunc)
-    if "port_pin" in names and "port_id" in names:
+    if (own := metafunc.definition.get_closest_marker("builtin_pin")) is not None:
+        _parametrize_own_pin(metafunc, settings, str(own.args[0]))
+    elif "port_pin" in names and "port_id" in names:
         triples = settings.port_triples(family)
         values = [_param((p, e, a), f"{p}-{e}" if a == p else f"{p}-{e}@{a}", family, p) for p, e, a in triples]
         metafunc.parametrize(("pin", "port_id", "port_pin"), values or [_none(settings, "port", 3)], scope="session")
@@ -74,6 +79,23 @@ def parametrize(metafunc: pytest.Metafunc, settings: Settings) -> None:
             pins = one_per_tokenizer(pins)
         values = [_param((p,), p, family, p) for p in pins]
         metafunc.parametrize("pin", values or [_none(settings, "pin", 1)], scope="session")
+
+
+def _parametrize_own_pin(metafunc: pytest.Metafunc, settings: Settings, pin: str) -> None:
+    """A ``builtin_pin(NAME)`` module's tests run on that pin alone (``--pin`` naming others deselects them):
+    each compatible engine (``engine_id``) or port (``port_id``, with ``port_pin`` the pin itself) on it, or
+    the pin alone. Its records are its own, so no family token ids are asked."""
+    names = metafunc.fixturenames
+    if "engine_id" in names or "port_id" in names:
+        name = "engine_id" if "engine_id" in names else "port_id"
+        engines = [e for e in (settings.engines if name == "engine_id" else settings.ports) if settings.compatible(e, pin)]
+        args = ("pin", name, "port_pin") if name == "port_id" and "port_pin" in names else ("pin", name)
+        values = [pytest.param(*(pin, e, pin)[:len(args)], id=f"{pin}-{e}") for e in engines]
+        none = pytest.param(*("none",) * len(args), id="none", marks=pytest.mark.skip(
+            reason=f"no {name.removesuffix('_id')} engine here can load pin {pin}; see the report header"))
+        metafunc.parametrize(args, values or [none], scope="session")
+    elif "pin" in names:
+        metafunc.parametrize("pin", [pytest.param(pin, id=pin)], scope="session")
 
 
 def one_per_tokenizer(pins: list[str]) -> list[str]:
@@ -146,11 +168,12 @@ def _ours(item: pytest.Item) -> bool:
 
 
 def modify_items(config: pytest.Config, items: list[pytest.Item], settings: Settings, resume: dict[str, Any],
-                 resume_path: str | None) -> None:
-    """Groups, port scope, slow/gpu gates, resume (module docstring)."""
+                 resume_path: str | None) -> LeftOut:
+    """Groups, port scope, slow/gpu gates, resume (module docstring). Returns what the port scope left out."""
     from oracles.receipts.table import plain_nodeid
 
     deselect_other_pins(config, items, settings.pins)
+    left_out = deselect_out_of_scope(config, items, settings)
     skip_slow = pytest.mark.skip(reason="slow: needs --runslow (loads a model or runs a long oracle)")
     runslow, gpu_reason = config.getoption("runslow"), None
     # xdist registers the xdist_group marker; without it the mark is unknown (an error under --strict-markers)
@@ -160,7 +183,6 @@ def modify_items(config: pytest.Config, items: list[pytest.Item], settings: Sett
         group = record_group(markers_of(item), params) if grouped else None
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
-        _gate_port(item, params, settings)
         if not (settings.enabled or _ours(item)):
             continue
         if "slow" in item.keywords and not runslow:
@@ -175,6 +197,23 @@ def modify_items(config: pytest.Config, items: list[pytest.Item], settings: Sett
         previous = resume.get(plain_nodeid(item.nodeid))
         if previous is not None and previous.outcome == "passed":
             item.add_marker(pytest.mark.skip(reason=f"resume: passed in {resume_path}"))
+    return left_out
+
+
+def deselect_out_of_scope(config: pytest.Config, items: list[pytest.Item], settings: Settings) -> LeftOut:
+    """Deselect (in place, reported to pytest) each port engine's test of a record ``--port-records`` leaves
+    out (:func:`scoped_out`): one choice of scope, not a skip per test. Returns them counted per port."""
+    left_out, gone = LeftOut(settings.port_scope.setting), []
+    for item in items:
+        out = scoped_out(item, getattr(getattr(item, "callspec", None), "params", {}), settings)
+        if out is not None:
+            left_out.add(*out)
+            gone.append(item)
+    if gone:
+        drop = set(map(id, gone))
+        items[:] = [item for item in items if id(item) not in drop]
+        config.hook.pytest_deselected(items=gone)
+    return left_out
 
 
 def deselect_other_pins(config: pytest.Config, items: list[pytest.Item], pins: tuple[str, ...]) -> None:
@@ -191,17 +230,19 @@ def deselect_other_pins(config: pytest.Config, items: list[pytest.Item], pins: t
         config.hook.pytest_deselected(items=gone)
 
 
-def _gate_port(item: pytest.Item, params: dict[str, Any], settings: Settings) -> None:
-    """Skip a port engine's test of a record ``--port-records`` leaves out (the reference runs it)."""
+def scoped_out(item: pytest.Item, params: dict[str, Any], settings: Settings) -> tuple[str, str, int] | None:
+    """``(engine, record, tokens)`` when ``item`` is a port engine's test of a record ``--port-records`` leaves
+    out (the reference runs every record), else None. A record is a parameter with ``port_tokens``
+    (:class:`oracles.families.port_scope.ScopedRecord`)."""
     family = item_family(item)
     if family is None or not family.port_scoped:
-        return
+        return None
     engine = params.get("port_id", params.get("engine_id"))
     pin = params.get("pin")
     if engine is None or engine == settings.reference or not isinstance(pin, str):
-        return
+        return None
     if item.get_closest_marker("skip") is not None:  # skipped already: the placeholder of a test with no pair
-        return
+        return None
     for value in params.values():
         tokens = getattr(value, "port_tokens", None)
         if tokens is None:
@@ -209,20 +250,15 @@ def _gate_port(item: pytest.Item, params: dict[str, Any], settings: Settings) ->
         try:
             size = tokens(pin)
         except TokensMissing:
-            return  # refused after deselection (refuse_missing_tokens)
-        if not settings.port_scope.selects(size, family_sample(family)):
-            item.add_marker(pytest.mark.skip(reason=settings.port_scope.skip_reason(engine, value.id, size)))
-
-
-def family_sample(family: Family) -> int:
-    """The sample size (prompt tokens) of a port-scoped family under ``--port-records sample``."""
-    from oracles.plugin.port_scope import EXECUTION_SAMPLE_TOKENS
-
-    return EXECUTION_SAMPLE_TOKENS
+            return None  # refused after deselection (refuse_missing_tokens)
+        sample = int(getattr(value, "sample_tokens", EXECUTION_SAMPLE_TOKENS))
+        if not settings.port_scope.selects(size, sample):
+            return engine, str(value.id), size
+    return None
 
 
 #: The marks this module may give a test beyond its own: :func:`_param` and :func:`_none` (``skip``,
-#: :data:`MISSING`), :func:`modify_items` and :func:`_gate_port` (``skip``, ``xdist_group``).
+#: :data:`MISSING`), :func:`modify_items` (``skip``, ``xdist_group``).
 PLUGIN_MARKS = frozenset({"skip", MISSING, "xdist_group"})
 _EXPRESSION = pytest.StashKey["tuple[str, Expression | None]"]()
 

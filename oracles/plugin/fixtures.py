@@ -22,26 +22,21 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Hashable, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Callable
 
 import pytest
+
+from oracles.families.callables import Engines, Runs
 
 if TYPE_CHECKING:
     from oracles.engines.base import Engine
     from oracles.families.execution.judged import Judge
     from oracles.pins.pin import Pin
+    from oracles.plugin.memo import RunMemo
     from oracles.receipts.table import Receipt
 
 # The library is imported inside the fixtures, not here: the plugin registers this module in every
 # pytest run, and a run that uses none of these fixtures must not pay for numpy or the engine registry.
-Engines = Callable[..., "Engine"]  # (engine id, pin name, **constructor options) -> Engine
-T = TypeVar("T")
-
-
-class Runs(Protocol):
-    """The ``runs`` fixture: ``runs(key, fn)`` is ``fn()``'s value (or exception), once per session per key."""
-
-    def __call__(self, key: Hashable, fn: Callable[[], T], /) -> T: ...
 
 
 @pytest.fixture(scope="session")
@@ -155,14 +150,16 @@ class EngineLoader:
             pytest.fail.Exception: the snapshot does not verify, or the build failed (:meth:`build`'s line).
         """
         from oracles.engines import engine_class, unavailable_reason
+        from oracles.pins.pin import snapshot_dir
 
         key = (engine_id, pin, tuple(sorted(options.items())))
         if key not in self.built:
             reason = unavailable_reason(engine_id)
             if reason:
                 pytest.skip(f"engine {engine_id}: {reason}")
-            root = self.verified_snapshot(pin)
-            self.built[key] = self.build(engine_class(engine_id), root, self.pins(pin), **options)
+            cls = engine_class(engine_id)
+            root = self.verified_snapshot(pin) if cls.reads_snapshot else snapshot_dir(self.pins(pin))
+            self.built[key] = self.build(cls, root, self.pins(pin), **options)
         result = self.built[key]
         if isinstance(result, str):
             pytest.fail(result, pytrace=False)
@@ -307,22 +304,21 @@ def pin_file(pins: PinCache, pin: str) -> Pin:
 
 
 @pytest.fixture(scope="session")
-def runs() -> Runs:
-    """``runs(key, fn)``: ``fn()`` once per session per key, memoised (exceptions too, re-raised)."""
-    cache: dict[Hashable, tuple[str, Any]] = {}
+def run_memo() -> RunMemo:
+    """The session's :class:`oracles.plugin.memo.RunMemo` (one per worker)."""
+    from oracles.plugin.memo import RunMemo
 
-    def once(key: Hashable, fn: Callable[[], T], /) -> T:
-        if key not in cache:
-            try:
-                cache[key] = ("ok", fn())
-            except Exception as exc:  # noqa: BLE001 - re-raised for every test sharing the run
-                cache[key] = ("error", exc)
-        kind, value = cache[key]
-        if kind == "error":
-            raise value
-        return value
+    return RunMemo()
 
-    return once
+
+@pytest.fixture
+def runs(run_memo: RunMemo, request: pytest.FixtureRequest) -> Runs:
+    """``runs(key, fn)``: ``fn()`` once per session per key, memoised (exceptions too, re-raised); in an
+    xdist worker under ``--dist loadgroup``, dropped once this test's group is done (:mod:`oracles.plugin.memo`)."""
+    from oracles.plugin.memo import group_of
+
+    run_memo.enter(group_of(request.node, request.config))
+    return run_memo
 
 
 @pytest.fixture

@@ -143,9 +143,39 @@ def _snapshots(values: list[str], r: Resolving) -> Mapping[str, Any]:
 
 def _reference(value: str, r: Resolving) -> Mapping[str, Any]:
     known = r.project.engines.table
-    if value not in known:
-        raise pytest.UsageError(f"--reference {value!r}: unknown engine; known: {', '.join(sorted(known))}")
+    if not r.project.engines.knows(value):
+        raise pytest.UsageError(f"--reference {value!r}: unknown engine; known: {', '.join(sorted(known))}, "
+                                "recorded:DIR")
+    _recorded([value], r, "--reference")
     return {"reference": value}
+
+
+def _recorded(engines: Any, r: Resolving, flag: str) -> None:
+    """Refuse a ``recorded:DIR`` engine whose store cannot serve this session (issue 26)."""
+    from oracles.engines import RECORDED
+
+    for engine in engines:
+        if engine.startswith(RECORDED):
+            from oracles.engines.recorded.options import recorded_refusal
+
+            if (why := recorded_refusal(engine, r.project.pins, r.fields["pins"])) is not None:
+                raise pytest.UsageError(f"{flag} {engine}: {why}")
+
+
+def _record(values: list[str], r: Resolving) -> Mapping[str, Any]:
+    """``--record ENGINE=DIR`` (issue 26): each engine's answers written to its store."""
+    if not values:
+        return {"record": {}}
+    from oracles.engines.recorded.options import parse_records
+    from oracles.errors import OracleError
+
+    try:
+        out = parse_records(values, [r.fields["reference"], *r.fields["ports"]], Path.cwd())
+    except OracleError as exc:
+        raise _usage(exc) from None
+    for engine, folder in out.items():
+        r.project.engines.record(engine, folder)
+    return {"record": out}
 
 
 def _device(value: str, r: Resolving) -> Mapping[str, Any]:
@@ -166,6 +196,37 @@ def _device(value: str, r: Resolving) -> Mapping[str, Any]:
     return {"reference_device": value}
 
 
+def _placement(flag: str, needs: str) -> Parser:
+    """The parser of a reference placement option (:mod:`oracles.engines.torch.placement`): refused
+    unless ``--reference-device`` is ``needs`` and the reference engine takes that placement."""
+
+    def parse(value: str | None, r: Resolving) -> Mapping[str, Any]:
+        dest = flag.removeprefix("--").replace("-", "_")
+        if value is None:
+            return {dest: None}
+        from oracles.engines.torch.placement import parse_size
+        from oracles.errors import OracleError
+
+        device, reference = r.fields["reference_device"], r.fields["reference"]
+        if device != needs:
+            raise pytest.UsageError(f"{flag} {value} with --reference-device {device}: {flag} places the reference on "
+                                    f"{needs} ({'CPU memory, then disk' if needs == 'cpu' else 'the visible GPUs'}); "
+                                    "drop one of the two")
+        try:
+            cls = r.project.engines.engine_class(reference)
+        except OracleError as exc:
+            raise _usage(exc, f"{flag} {value}: ") from None
+        if dest.removeprefix("reference_") not in getattr(cls, "placements", ()):
+            raise pytest.UsageError(f"{flag} {value}: reference engine {reference} places its own weights (it takes "
+                                    "no accelerate placement)")
+        try:
+            return {dest: parse_size(value) if dest == "reference_max_memory" else value}
+        except ValueError as exc:
+            raise _usage(exc, f"{flag} ") from None
+
+    return parse
+
+
 def _ports(value: str, r: Resolving) -> Mapping[str, Any]:
     from oracles.errors import OracleError
 
@@ -173,6 +234,7 @@ def _ports(value: str, r: Resolving) -> Mapping[str, Any]:
         ports = r.project.engines.resolve_ports(value, r.fields["reference"])
     except OracleError as exc:
         raise _usage(exc) from None
+    _recorded(ports, r, "--port")
     return {"port": value, "ports": tuple(ports)}
 
 
@@ -209,7 +271,7 @@ def _tag(value: str, r: Resolving) -> Mapping[str, Any]:
 
 
 def _scope(value: str, r: Resolving) -> Mapping[str, Any]:
-    from oracles.plugin.port_scope import PortScope
+    from oracles.families.port_scope import PortScope
 
     try:
         return {"port_scope": PortScope.parse(value)}
@@ -235,9 +297,16 @@ OPTIONS: tuple[Option, ...] = (
            activates=False),
     Option("--snapshot", (), "use the local snapshot folder PATH for pin NAME, verified against the pin; repeatable",
            metavar="NAME=PATH", action="append", parse=_snapshots),
-    Option("--reference", "torch", "engine id of the reference", metavar="ENGINE", parse=_reference),
+    Option("--reference", "torch", "engine id of the reference; recorded:DIR replays a recording (--record)",
+           metavar="ENGINE", parse=_reference),
     Option("--reference-device", "cpu", "device the reference runs on, float32 (on CUDA with TF32 off for matmul "
            "and cuDNN), recorded in the receipt", choices=("cpu", "cuda", "mps"), parse=_device),
+    Option("--reference-max-memory", None, "hold at most SIZE (500MB, 2GiB) of the reference's weights in CPU memory; "
+           "accelerate reads the rest from disk as each layer runs (device_map='auto', outputs bit-identical)",
+           metavar="SIZE", parse=_placement("--reference-max-memory", "cpu"), shown="all in memory"),
+    Option("--reference-device-map", None, "'auto': accelerate spreads the reference's layers over the visible GPUs "
+           "(with --reference-device cuda)", choices=("auto",), parse=_placement("--reference-device-map", "cuda"),
+           shown="one device"),
     Option("--port", "auto", "engine id(s) of ports, comma-separated (one that cannot run here is refused); 'auto' = "
            "every registered engine but the reference that can run here, 'none' = no port", metavar="ENGINE",
            parse=_ports),
@@ -251,10 +320,13 @@ OPTIONS: tuple[Option, ...] = (
            "and the session exits 2 (interrupted)", metavar="SECONDS", type=float, parse=_deadline),
     Option("--port-records", "sample", "records a port engine runs (the reference runs all): 'sample' (each "
            "family's budget sample), 'all', or N = records of at most N prompt tokens (see "
-           "oracles/plugin/port_scope.py)", metavar="SCOPE", parse=_scope),
+           "oracles/families/port_scope.py)", metavar="SCOPE", parse=_scope),
     Option("--resume", None, "a receipt or .partial.jsonl of a run with the same schema, --reference, --port and "
            "pins: skip the tests that passed there, carrying their records (turns receipts on); write "
            "--resume=RECEIPT", metavar="RECEIPT", enables=True, path=True, parse=_path("resume")),
+    Option("--record", (), "write every answer of ENGINE (the reference or a port this session runs) to the "
+           "recording at DIR, which --reference recorded:DIR (or --port) replays; repeatable (docs/recordings.md)",
+           metavar="ENGINE=DIR", action="append", parse=_record),
 )
 BY_FLAG = {o.flag: o for o in OPTIONS}
 

@@ -86,6 +86,10 @@ class ReceiptHooks:
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
         """The receipt's section: its path, what did not run or was carried, the checks table."""
         state, tr = self.state, terminalreporter
+        from oracles.families.port_scope import LeftOut
+
+        for line in LeftOut.from_json(state.port_scope).lines():  # one choice of scope, said once a port
+            tr.write_line(line)
         if state.receipt is None and state.not_run_count and state.past_deadline():  # --no-receipt: still say so
             tr.write_line(f"not run: {state.not_run_count} tests (deadline passed)")
         if state.write_error:

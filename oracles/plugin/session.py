@@ -25,7 +25,8 @@ from typing import Any
 import pytest
 
 from oracles.errors import OracleError
-from oracles.pins.project import DEFAULTS, PINS_KEY, RECORDS_KEY, Project, ProjectDirs
+from oracles.ini import DEFAULTS, PINS_KEY, RECORDS_KEY
+from oracles.pins.project import Project, ProjectDirs
 from oracles.plugin import collect
 from oracles.plugin.activation import ActiveHooks, DeadlineHooks
 from oracles.plugin.options import check_path_words
@@ -73,7 +74,11 @@ class OracleSession:
         if worker is None:  # a worker gets the controller's args, checked there
             check_path_words(list(config.invocation_params.args), Path(config.invocation_params.dir))
         dirs = ProjectDirs(project_path(config, PINS_KEY), project_path(config, RECORDS_KEY), config.inipath)
-        settings = Settings.resolve(opt, enabled, Project.open(dirs))
+        try:
+            project = Project.open(dirs)
+        except OracleError as exc:  # issue 25 (wire): a malformed oracles_wire line of the ini
+            raise pytest.UsageError(str(exc)) from None
+        settings = Settings.resolve(opt, enabled, project)
         writes = enabled and not settings.no_receipt and not any(getattr(opt, n, False) for n in NO_RUN_OPTIONS)
         receipts_dir = settings.receipts_dir.resolve() if writes else None
         if worker is not None:
@@ -92,7 +97,9 @@ class OracleSession:
         return session
 
     def close(self) -> None:
-        """Leave the session's stores (at unconfigure): code asking by name reads the outer run's again."""
+        """Leave the session's stores (at unconfigure): code asking by name reads the outer run's again; the
+        far sides its wire engines started are closed (issue 25: none outlives the session)."""
+        self.project.engines.close()
         self.project.leave()
 
     # -- what the plugin's hooks delegate to ----------------------------------------------------
@@ -102,7 +109,8 @@ class OracleSession:
 
     def modify_items(self, items: list[pytest.Item]) -> None:
         """xdist groups, the port scope, the slow and gpu gates, resumed passes."""
-        collect.modify_items(self.config, items, self.settings, self.state.resume, self.state.resume_path)
+        left_out = collect.modify_items(self.config, items, self.settings, self.state.resume, self.state.resume_path)
+        self.state.port_scope = left_out.to_json() if left_out.tests else {}
 
     def refuse_missing_tokens(self, items: list[pytest.Item]) -> None:
         """A selected test whose pin has no token ids for its family stops the run, naming the command.

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import pytest
 
 from oracles.families import DEFAULT_PIN, Family
+from oracles.families.port_scope import PortScope
 from oracles.plugin.options import OPTIONS, Resolving
-from oracles.plugin.port_scope import PortScope
 
 if TYPE_CHECKING:
     from oracles.engines import Registry
@@ -49,7 +49,8 @@ class Settings:
     """What a session runs on, its fields parsed from the options of :data:`oracles.plugin.options.OPTIONS`.
 
     ``pins``: the ``--pin`` names (empty: each family's defaults); ``snapshots``: ``--snapshot`` as
-    {pin: folder}; ``port``: ``--port`` as given, ``ports``: the engine ids it resolved to;
+    {pin: folder}; ``port``: ``--port`` as given, ``ports``: the engine ids it resolved to; ``record``:
+    ``--record`` as {engine id: store folder};
     ``receipts_dir``: relative to the invocation folder; ``deadline``: seconds or None; ``enabled``:
     pytest-oracles is on (the ini's ``oracles = true`` or a receipt option). ``project``: the stores the
     session reads (None: those of the run in progress, :func:`oracles.pins.pin.store`).
@@ -64,6 +65,8 @@ class Settings:
     snapshots: Mapping[str, Path] = field(default_factory=dict)
     reference: str = "torch"
     reference_device: str = "cpu"
+    reference_max_memory: int | None = None
+    reference_device_map: str | None = None
     port: str = "auto"
     ports: tuple[str, ...] = ()
     oracle_threads: int = 0
@@ -72,6 +75,7 @@ class Settings:
     port_pins: tuple["PortPair", ...] = ()
     port_pins_given: bool = False
     resume: Path | None = None
+    record: Mapping[str, Path] = field(default_factory=dict)
     project: "Project | None" = field(default=None, compare=False, repr=False)
     _found: _Pairings = field(default_factory=_Pairings, compare=False, repr=False)
 
@@ -110,8 +114,13 @@ class Settings:
 
     # -- engines and pins ---------------------------------------------------------------------
     def engine_kwargs(self, engine_id: str) -> dict[str, Any]:
-        """Extra constructor arguments of ``engine_id``: the reference's ``device`` when not the CPU."""
-        return {"device": self.reference_device} if engine_id == self.reference and self.reference_device != "cpu" else {}
+        """Extra constructor arguments of ``engine_id``: the reference's ``device`` when not the CPU, and
+        its placement (``max_memory``, ``device_map``) when one is given."""
+        if engine_id != self.reference:
+            return {}
+        placed = {"max_memory": self.reference_max_memory, "device_map": self.reference_device_map}
+        return {**({"device": self.reference_device} if self.reference_device != "cpu" else {}),
+                **{k: v for k, v in placed.items() if v is not None}}
 
     @property
     def engines(self) -> list[str]:
@@ -154,11 +163,25 @@ class Settings:
                 self.left_out[key] = Pairing(engine_id, pin, reason)
         return compat[key] is None
 
+    def in_family(self, engine_id: str, family: Family | None) -> bool:
+        """Whether ``engine_id`` runs in ``family``: an engine class whose ``families`` names some (a far side
+        the project runs in those only: issue 25's ``oracles_wire NAME.families``) runs in those, every other
+        in all; an engine left out of a family is recorded in :attr:`left_out`."""
+        if family is None or self.registry.unavailable_reason(engine_id) is not None:
+            return True
+        named = getattr(self.registry.engine_class(engine_id), "families", None)
+        if not named or family.name in named:
+            return True
+        self.left_out[(engine_id, f"family {family.name}")] = Pairing(engine_id, f"(all) of family {family.name}", (
+            f"the project runs it in {', '.join(named)} only"))
+        return False
+
     def pairs(self, family: Family | None, engines: Sequence[str], artifacts: bool = True) -> list[tuple[str, str]]:
         """(pin, engine) pairs of a family's tests over ``engines``, compatible ones only: each engine on
         each pin the family runs on, then (``artifacts``) each port on each artifact of
         :meth:`engine_artifacts` it can load (the port's own checks on what the user ships: its cache, its
         generation, its read-out)."""
+        engines = [e for e in engines if self.in_family(e, family)]
         out = [(p, e) for p in self.pins_for(family) for e in engines if self.compatible(e, p)]
         if not artifacts:
             return out
@@ -193,7 +216,8 @@ class Settings:
         load the artifact (a pair no port can load is left out, with the engine's reason). The default
         pairs (the built-in conversions, no ``--port-pin`` given) run only in the families whose
         :attr:`~oracles.families.Family.default_conversions` is set; the others' leave-out is reported."""
-        out = [(p, e, p) for p, e in self.pairs(family, self.ports, artifacts=False)]
+        ports = [e for e in self.ports if self.in_family(e, family)]
+        out = [(p, e, p) for p, e in self.pairs(family, ports, artifacts=False)]
         if family is not None and not family.default_conversions and not self.port_pins_given:
             for pair in self.port_pins:
                 self.left_out[(None, pair.label)] = Pairing(None, pair.label, (
@@ -205,16 +229,21 @@ class Settings:
             if family is not None and (why := family.serves(reference)) is not None:
                 self.left_out[(None, pair.label)] = Pairing(None, pair.label, why)
                 continue
-            out += [(pair.reference, e, pair.artifact) for e in self.ports if self.compatible(e, pair.artifact)]
+            out += [(pair.reference, e, pair.artifact) for e in ports if self.compatible(e, pair.artifact)]
         return out
 
     # -- what the terminal and the receipt say --------------------------------------------------
     def header_line(self) -> str:
         """What the report header says about engines and pins."""
         on = f" on {self.reference_device}" if self.reference_device != "cpu" else ""
+        if self.reference_max_memory is not None:
+            on += f", {self.reference_max_memory:,} bytes in memory and the rest on disk"
+        elif self.reference_device_map is not None:
+            on += f", device_map {self.reference_device_map}"
         artifacts = f"; port pins {', '.join(p.label for p in self.port_pins)}" if self.port_pins else ""
+        recording = "".join(f"; recording {e} to {d}" for e, d in self.record.items())
         return (f"oracles: reference {self.reference}{on}; ports {', '.join(self.ports) or 'none'}; pins "
-                f"{', '.join(self.pins) or 'each family default'}{artifacts} (from {self.pin_store.describe()})")
+                f"{', '.join(self.pins) or 'each family default'}{artifacts}{recording} (from {self.pin_store.describe()})")
 
     def left_out_lines(self) -> list[str]:
         """After collection: plugged engines that cannot be used and (engine, pin) pairs left out, with reasons."""

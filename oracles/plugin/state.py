@@ -76,6 +76,7 @@ class RunState:
     open_reports: dict[str, list[Any]] = field(default_factory=dict)
     collected: list[str] = field(default_factory=list)
     collection_errors: list[dict[str, Any]] = field(default_factory=list)  # {"nodeid", "summary"}
+    port_scope: dict[str, Any] = field(default_factory=dict)  # LeftOut.to_json() of the collection (a worker's, merged)
     partial: PartialLog | None = None
     environment_probe: EnvironmentProbe | None = None
     receipt_path: Path | None = None
@@ -219,7 +220,7 @@ class RunState:
                   "resume_not_carried": self.resume_not_carried}
         return RunFacts(invocation=invocation, environment=environment, events=self.events, resume=resume,
                         collection_errors=self.collection_errors, left_out=left_out, engine_of=self.engine_of,
-                        plugin_fields=plugin_fields)
+                        plugin_fields=plugin_fields, port_scope=self.port_scope)
 
     def build(self, exitstatus: int, not_run: list[dict[str, str]], facts: RunFacts,
               arrays: str | None) -> RunReceipt:

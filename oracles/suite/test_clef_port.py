@@ -23,8 +23,8 @@ from oracles.checks.port import assert_within_thresholds, held_figures, readout_
 from oracles.engines.base import Engine
 from oracles.families.clef import records as clef
 from oracles.families.clef.run import CLEF_SAMPLE_TOKENS, Row, RowRun, all_rows, memo_row, vision_spec
+from oracles.families.port_scope import PortScope
 from oracles.plugin.fixtures import Runs
-from oracles.plugin.port_scope import PortScope
 from oracles.receipts.table import Receipt
 
 pytestmark = [pytest.mark.clef, pytest.mark.slow]

@@ -15,8 +15,8 @@ from oracles.engines.base import Engine
 from oracles.families.execution import runs as ex
 from oracles.families.execution.decode import recompute_steps
 from oracles.families.execution.prompts import PromptRecord, load_prompts
+from oracles.families.port_scope import EXECUTION_SAMPLE_TOKENS, PortScope
 from oracles.plugin.fixtures import Runs
-from oracles.plugin.port_scope import EXECUTION_SAMPLE_TOKENS, PortScope
 from oracles.receipts.table import Receipt
 from oracles.receipts.units import attach_unit
 

@@ -28,7 +28,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 #: Folders a run or a project creates (receipts, a project's pins and records, the venv): a path under
 #: one need not exist in a checkout. ``receipts/README.md`` is committed and checked like any file.
-GENERATED = ("receipts/", "fixtures/", ".venv/", "bench/out/")
+GENERATED = ("receipts/", "fixtures/", ".venv/", "bench/out/", "harness/build/")
 #: What a word must end with to be read as a file when it has no ``/`` (``pytest.ini``, ``conftest.py``).
 FILE_SUFFIXES = (".py", ".md", ".json", ".jsonl", ".toml", ".ini", ".txt", ".cfg", ".pyi", ".npz", ".png")
 #: Marks a word as a placeholder or outside the repository: not judged as a path.

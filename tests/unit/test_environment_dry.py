@@ -1,4 +1,5 @@
-"""The receipt's environment: installed versions read from dist-info folder names (dry)."""
+"""The receipt's environment: installed versions read from dist-info folder names, the processor's model
+without a process of its own (dry)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from oracles.receipts.environment import VERSIONED, git_state, installed_versions
+from oracles.receipts.environment import VERSIONED, cpu_model, environment, git_state, installed_versions
 
 pytestmark = pytest.mark.dry
 
@@ -41,3 +42,21 @@ def test_git_state_commit_and_tracked_changes_only(tmp_path: Path) -> None:
     assert git_state(tmp_path) == (head, False), "an untracked file is not a change"
     (tmp_path / "a.txt").write_text("b")
     assert git_state(tmp_path / ".") == (head, True)
+
+
+@pytest.mark.skipif(not Path("/proc/cpuinfo").is_file(), reason="no /proc/cpuinfo")
+def test_processor_is_the_model_name_read_without_a_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Outside a repository the environment starts no process (``platform.processor()`` runs ``uname -p``
+    on Linux); the processor is /proc/cpuinfo's first model name, read here by hand."""
+    names = [ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+             if ln.startswith("model name")]
+    if not names:
+        pytest.skip("/proc/cpuinfo names no model here (an ARM machine): platform.processor() is asked")
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"a process was started: {args}")
+
+    monkeypatch.setattr(subprocess, "Popen", refused)
+    monkeypatch.delenv("GIT_DIR", raising=False)
+    assert cpu_model() == names[0] != ""
+    assert environment(tmp_path, 1)["machine"]["processor"] == names[0]

@@ -36,3 +36,9 @@ def test_record_group(markers: set[str], params: dict[str, object], want: str | 
 ])
 def test_plain_nodeid(nodeid: str, want: str) -> None:
     assert plain_nodeid(nodeid) == want
+
+
+def test_an_artifact_pair_has_a_group_of_its_own() -> None:
+    same = record_group({"port"}, {"pin": "a", "port_id": "mlx", "port_pin": "a", "record": "ping"})
+    other = record_group({"port"}, {"pin": "a", "port_id": "mlx", "port_pin": "a-q4", "record": "ping"})
+    assert same == "mtplx:a:ping" and other == "mtplx:a>a-q4:ping"

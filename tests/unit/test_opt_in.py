@@ -57,9 +57,9 @@ FIXTURES = PLAIN + """
 def test_uses_the_fixtures(receipt, runs):
     receipt["kept"] = runs("k", lambda: [1, 2])
 """
-#: What a plugin that is off may import (sorted): itself, its fixtures' module, its option table and
-#: hookspecs, and the light modules its markers and ini keys come from (with their packages).
-LIGHT = ["oracles", "oracles.families", "oracles.pins", "oracles.pins.project", "oracles.plugin",
+#: What a plugin that is off may import (sorted): itself, its fixtures' module and the types they are given,
+#: its option table and hookspecs, and the light modules its markers and ini keys come from (with their packages).
+LIGHT = ["oracles", "oracles.families", "oracles.families.callables", "oracles.ini", "oracles.plugin",
          "oracles.plugin.fixtures", "oracles.plugin.hookspecs", "oracles.plugin.names", "oracles.plugin.options"]
 
 

@@ -16,7 +16,8 @@ from typing import Any, Callable
 import pytest
 from inner_runs import DEADLINE
 
-from oracles.pins.pin import BUILTIN_PINS, DEFAULT_PIN, load_pin
+from oracles.families import DEFAULT_PIN
+from oracles.pins.pin import BUILTIN_PINS, load_pin
 from oracles.receipts.table import SCHEMA_VERSION
 
 DEADLINE_SUITE = f"""

@@ -149,7 +149,7 @@ def test_receipt_header_names_the_target(pytester: pytest.Pytester) -> None:
 
 
 #: The built-in engine ids as an unknown one lists them (the tail matched by pattern: torch, torch-cuda).
-KNOWN = "litert, llamacpp, mlx, mlx-vlm, mlx-vlm-d1, mlx-vlm-dsv4, mtplx, torch*"
+KNOWN = "executorch, litert, llamacpp, mlx, mlx-vlm, mlx-vlm-d1, mlx-vlm-dsv4, mlx-vlm-mtp, mtplx, onnxruntime, torch*"
 
 
 @pytest.mark.parametrize(("args", "expected"), [

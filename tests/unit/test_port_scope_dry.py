@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from oracles.plugin.port_scope import PortScope
+from oracles.families.port_scope import PortScope
 
 pytestmark = pytest.mark.dry
 

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 
 import oracles.engines
+from oracles.families.port_scope import PortScope
 from oracles.families.records import RecordStore, records_store
 from oracles.pins.pin import BUILTIN_PINS, load_pin, store
 from oracles.pins.project import Project, ProjectDirs
 from oracles.plugin.options import OPTIONS, asked, enabled_by_options
-from oracles.plugin.port_scope import PortScope
 from oracles.plugin.settings import Settings
 from oracles.plugin.state import RunState, keep, settings_of, state_of
 

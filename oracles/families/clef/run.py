@@ -21,7 +21,7 @@ from oracles.families.clef import records as clef
 from oracles.families.d1 import records as d1
 
 if TYPE_CHECKING:
-    from oracles.plugin.fixtures import Runs
+    from oracles.families.callables import Runs
 
 #: clef's port sample under ``--port-records sample``: rows of at most this many tokens, i.e. every row of
 #: the built-in records (the longest, img_circle/g128 and img_pair/native, are ~90 tokens; the mlx-vlm

@@ -301,9 +301,9 @@ def weight_bytes(pin: Any) -> int:
 def choose_spec(is_port: bool, scope: Any, weights: int, model_class: str = "") -> CohortSpec:
     """COMPRESSED for a model class of :data:`COMPRESSED_CLASSES` (a tiny twin's, on every engine); FULL
     for the reference, for a tiny model (``weights`` <= :data:`TINY_WEIGHT_BYTES`) on any engine, and
-    for a port whose ``--port-records`` scope (an :class:`oracles.plugin.port_scope.PortScope`) selects a
+    for a port whose ``--port-records`` scope (an :class:`oracles.families.port_scope.PortScope`) selects a
     record of ``FULL.anchor`` tokens (``all``, or ``N >= FULL.anchor``); else SAMPLE."""
-    from oracles.plugin.port_scope import EXECUTION_SAMPLE_TOKENS
+    from oracles.families.port_scope import EXECUTION_SAMPLE_TOKENS
 
     if model_class in COMPRESSED_CLASSES:
         return COMPRESSED

@@ -18,18 +18,6 @@ from oracles.checks.readout import group_probabilities, log_softmax
 from oracles.engines.base import Engine
 from oracles.families.d1 import records as d1
 
-#: d1's port sample under ``--port-records sample`` (:mod:`oracles.plugin.port_scope`): the requests whose
-#: longest row is at most 80 tokens: 13 of them (arithmetic, entailment, facts, a score, sentiment,
-#: a two-question tree, the three rejected-question records and the bases of the three adopted red
-#: arms), ~1,700 tokens with their tree, arms and full row. The MLX port prefills ~5 tokens/s here
-#: (80 tokens: 16 s; 400 tokens: 82 s), so this costs ~5 min of one worker's time in ``make test``;
-#: the 512 set (~17k tokens) would take about an hour.
-D1_SAMPLE_TOKENS = 80
-#: Rows whose every position is also run (``keep=0``) to check hidden states ``[L, D]``: the first
-#: question of the first request of each of these buckets (a full ``[L, V]`` logits array of a
-#: 512-token row is 100 MB; longer rows keep the answer slot only).
-FULL_BUCKETS = (64, 128, 256, 512)
-
 
 @dataclass
 class RowRun:

@@ -17,7 +17,7 @@ from oracles.checks.port import port_figures
 if TYPE_CHECKING:
     from oracles.checks.tolerance import Tolerance
     from oracles.engines.base import Engine
-    from oracles.plugin.fixtures import Runs
+    from oracles.families.callables import Runs
 
 
 @dataclass

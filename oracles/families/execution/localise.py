@@ -16,14 +16,17 @@ if TYPE_CHECKING:
 
 
 class Localisable(Protocol):
-    """What localising reads of an engine: its id and pin, and its layer states (``taps``, else
-    ``forward(..., layers=True)``). Every :class:`oracles.engines.base.Engine` is one."""
+    """What localising reads of an engine: its id and pin, its layer states (``taps``, else
+    ``forward(..., layers=True)``) and what its adapter translated to load the artifact
+    (``translation_notes``). Every :class:`oracles.engines.base.Engine` is one."""
 
     @property
     def id(self) -> str: ...
 
     @property
     def pin(self) -> str: ...
+
+    def translation_notes(self) -> tuple[str, ...]: ...
 
     def taps(self, prompt: Sequence[int], /) -> Taps: ...
 
@@ -40,8 +43,8 @@ class CannotLocalise(OracleError):
 
 def capture(engine: Localisable, ids: Sequence[int]) -> dict[str, Any]:
     """One cold prefill's arrays: ``stream``, ``hidden``, ``logits``, and ``attn``/``mlp`` where the
-    engine taps inside its layers (``Engine.taps``); the stream alone where it only has
-    ``forward(layers=True)``.
+    engine taps inside its layers (``Engine.taps``), with ``attn_norm``/``mlp_norm`` where it taps the
+    norms too; the stream alone where it only has ``forward(layers=True)``.
 
     Raises:
         CannotLocalise: the engine has neither.
@@ -50,7 +53,8 @@ def capture(engine: Localisable, ids: Sequence[int]) -> dict[str, Any]:
 
     try:
         t = engine.taps(list(ids))
-        return {"stream": t.stream, "attn": t.attn, "mlp": t.mlp, "hidden": t.hidden, "logits": t.logits}
+        norms = {k: v for k, v in (("attn_norm", t.attn_norm), ("mlp_norm", t.mlp_norm)) if v is not None}
+        return {"stream": t.stream, "attn": t.attn, "mlp": t.mlp, "hidden": t.hidden, "logits": t.logits, **norms}
     except Unsupported:
         pass
     try:
@@ -65,14 +69,17 @@ def capture(engine: Localisable, ids: Sequence[int]) -> dict[str, Any]:
 def localise(reference: Localisable, port: Localisable, ids: Sequence[int], record: str, *,
              tolerance: Tolerance = FLOAT32) -> dict[str, Any]:
     """Both engines on ``ids``; the JSON-safe report: every stage, the named one (``divergent``, or
-    None), attention vs MLP inside it where both sides tap them, or ``cannot_localise`` naming the
-    engine without layer states (then no stages). The budgets are ``tolerance``'s (the port's own, from
-    the caller), named with its margin under ``tolerance``."""
+    None), the block inside it (:func:`oracles.checks.bisect.inside_layer`) where both sides tap them,
+    or ``cannot_localise`` naming the engine without layer states (then no stages). The budgets are
+    ``tolerance``'s (the port's own, from the caller), named with its margin under ``tolerance``;
+    ``translations`` are the port's (``translation_notes()``): what its adapter changed to load the
+    artifact, which every verdict on it needed."""
     from oracles.checks.bisect import first_divergent, inside_layer, stages
 
     report: dict[str, Any] = {"pin": reference.pin, "record": record, "reference": reference.id, "port": port.id,
                               "tokens": len(ids), "stages": [], "divergent": None, "inside": None, "cannot_localise": None,
-                              "tolerance": {"name": tolerance.name, "margin": tolerance.bisect_margin}}
+                              "tolerance": {"name": tolerance.name, "margin": tolerance.bisect_margin},
+                              "translations": list(port.translation_notes())}
     try:
         ref, got = capture(reference, ids), capture(port, ids)
     except CannotLocalise as exc:

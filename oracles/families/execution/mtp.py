@@ -19,8 +19,8 @@ state at ``p - 1``:
 3. commit: the first ``k`` drafts equal to the trunk's choices, then the trunk's choice at ``k`` (the
    correction, or the bonus when ``k = d``); the trunk cache is trimmed by ``d - k``; the history is
    trimmed to its depth-0 entry ``(h, t)`` (deeper entries pair a draft state, not a trunk state);
-   a cache that cannot be trimmed (mlx-vlm's short-convolution states) is restored from a snapshot
-   taken before the round and the kept inputs replayed (mlx-vlm's own rollback);
+   a cache the engine cannot trim (``is_trimmable`` False: mlx-vlm's short-convolution states) is
+   restored from a snapshot taken before the round and the kept inputs replayed (mlx-vlm's own rollback);
 4. history update: the pairs ``(verify hidden at p + j, x_{j+1})`` for ``j < k`` are appended;
 5. continuation from the committed token with the verify hidden state before it.
 
@@ -38,20 +38,20 @@ import numpy as np
 
 
 class MtpHead(Protocol):
-    """What a library's MTP capability gives the rounds (``oracles.engines.torch.mtp.TorchMtp``,
-    ``oracles.engines.mlx.mtp.MlxVlmMtp``): float32 numpy at the boundary."""
+    """What the rounds ask of an engine: its MTP capabilities (:class:`oracles.engines.systems.MtpDrafting`)
+    and its cache methods, float32 numpy at the boundary; every :class:`oracles.engines.base.Engine` is one
+    (an engine without an MTP layer refuses at the first call)."""
 
-    library: str
-
-    def trunk_cache(self) -> Any: ...
-    def mtp_cache(self) -> Any: ...
-    def length(self, cache: Any) -> int: ...
+    def mtp_trunk_cache(self) -> Any: ...
+    def mtp_history_cache(self) -> Any: ...
+    def cache_length(self, cache: Any) -> int: ...
+    def is_trimmable(self, cache: Any) -> bool: ...
     def trim(self, cache: Any, n: int) -> bool: ...
     def snapshot(self, cache: Any) -> Any: ...
-    def restore(self, cache: Any, saved: Any) -> None: ...
-    def trunk(self, ids: Sequence[int], cache: Any) -> tuple[np.ndarray, np.ndarray]: ...
-    def draft(self, tokens: Sequence[int], hidden: np.ndarray, start: int, cache: Any,
-              depth: int = 0) -> tuple[np.ndarray, np.ndarray]: ...
+    def restore(self, snapshot: Any) -> Any: ...
+    def mtp_trunk(self, ids: Sequence[int], cache: Any) -> tuple[np.ndarray, np.ndarray]: ...
+    def mtp_draft(self, tokens: Sequence[int], state: np.ndarray, start: int, history: Any,
+                  depth: int = 0) -> tuple[np.ndarray, np.ndarray]: ...
 
 
 @dataclass
@@ -105,7 +105,7 @@ def prefill_history(head: MtpHead, ids: Sequence[int], hidden: np.ndarray, cache
     step = window or n
     for lo in range(0, n, step):
         hi = min(lo + step, n)
-        head.draft(list(ids[lo + 1: hi + 1]), hidden[lo:hi], lo + 1, cache)
+        head.mtp_draft(list(ids[lo + 1: hi + 1]), hidden[lo:hi], lo + 1, cache)
 
 
 def _argmax(row: np.ndarray) -> int:
@@ -121,7 +121,7 @@ def _drafts(head: MtpHead, t: int, h: np.ndarray, p: int, cache: Any,
     states: list[np.ndarray] = []
     tok, state = t, h
     for j in range(d):
-        logits, out = head.draft([tok], state[None], p + j, cache, depth=j)
+        logits, out = head.mtp_draft([tok], state[None], p + j, cache, depth=j)
         tok, state = _argmax(logits[-1]), out[-1]
         tokens.append(tok)
         rows.append(logits[-1])
@@ -129,21 +129,39 @@ def _drafts(head: MtpHead, t: int, h: np.ndarray, p: int, cache: Any,
     return tokens, rows, states
 
 
+def _snapshot(head: MtpHead, cache: Any) -> Any:
+    """A snapshot to roll ``cache`` back to, where the engine cannot trim it (else None: it is cut)."""
+    return None if head.is_trimmable(cache) else head.snapshot(cache)
+
+
 def _commit(head: MtpHead, tc: Any, mc: Any, saved: tuple[Any, Any], last: tuple[int, np.ndarray, int],
-            drafts: list[int], k: int, vhidden: np.ndarray) -> None:
+            drafts: list[int], k: int, vhidden: np.ndarray) -> tuple[Any, Any]:
     """Cut both caches back to the committed prefix (trim, else restore + replay) and append the
-    history's new pairs (steps 3 and 4 of the module docstring)."""
+    history's new pairs (steps 3 and 4 of the module docstring); the caches to go on with."""
     t, h, p = last
     d = len(drafts)
     if not head.trim(tc, d - k):
-        head.restore(tc, saved[0])
-        head.trunk([t, *drafts[:k]], tc)
+        tc = _restored(head, saved[0], "trunk cache", d - k)
+        head.mtp_trunk([t, *drafts[:k]], tc)
     if head.trim(mc, d - 1):
         if k:
-            head.draft(drafts[:k], vhidden[:k], p + 1, mc)
-        return
-    head.restore(mc, saved[1])
-    head.draft([t, *drafts[:k]], np.concatenate([h[None], vhidden[:k]]), p, mc)
+            head.mtp_draft(drafts[:k], vhidden[:k], p + 1, mc)
+        return tc, mc
+    mc = _restored(head, saved[1], "MTP history", d - 1)
+    head.mtp_draft([t, *drafts[:k]], np.concatenate([h[None], vhidden[:k]]), p, mc)
+    return tc, mc
+
+
+def _restored(head: MtpHead, saved: Any, what: str, n: int) -> Any:
+    """The cache restored from ``saved``.
+
+    Raises:
+        AssertionError: no snapshot was taken (``is_trimmable`` said the cache could be cut, then ``trim``
+            refused), naming the cache and the cut.
+    """
+    if saved is None:
+        raise AssertionError(f"the {what} reported is_trimmable, then trim({n}) refused: no snapshot to roll back to")
+    return head.restore(saved)
 
 
 def mtp_generate(head: MtpHead, ids: Sequence[int], depth: int, max_new_tokens: int, eos: frozenset[int],
@@ -157,27 +175,27 @@ def mtp_generate(head: MtpHead, ids: Sequence[int], depth: int, max_new_tokens: 
     if depth < 1 or len(ids) < 2:
         raise ValueError(f"mtp_generate: need depth >= 1 and >= 2 prompt ids, got {depth} and {len(ids)}")
     start = time.perf_counter()
-    tc, mc = head.trunk_cache(), head.mtp_cache()
-    logits, hidden = head.trunk(list(ids), tc)
+    tc, mc = head.mtp_trunk_cache(), head.mtp_history_cache()
+    logits, hidden = head.mtp_trunk(list(ids), tc)
     prefill_history(head, ids, hidden, mc, window)
-    run = MtpRun(tokens=[], finish_reason="length", depth=depth, window=window, prefill_history=head.length(mc))
+    run = MtpRun(tokens=[], finish_reason="length", depth=depth, window=window, prefill_history=head.cache_length(mc))
     t, h, p = _argmax(logits[-1]), hidden[-1], len(ids)
     run.tokens.append(t)
     while len(run.tokens) < max_new_tokens and t not in eos:
         d = min(depth, max_new_tokens - len(run.tokens))
-        msaved, tsaved = head.snapshot(mc), head.snapshot(tc)
+        msaved, tsaved = _snapshot(head, mc), _snapshot(head, tc)
         drafts, rows, states = _drafts(head, t, h, p, mc, d)
         if run.first_draft is None:
             run.first_draft, run.first_draft_hidden = rows[0], states[0]
-        vlogits, vhidden = head.trunk([t, *drafts], tc)
+        vlogits, vhidden = head.mtp_trunk([t, *drafts], tc)
         choice = [_argmax(r) for r in vlogits]
         k = 0
         while k < d and drafts[k] == choice[k]:
             k += 1
-        _commit(head, tc, mc, (tsaved, msaved), (t, h, p), drafts, k, vhidden)
+        tc, mc = _commit(head, tc, mc, (tsaved, msaved), (t, h, p), drafts, k, vhidden)
         committed = [*drafts[:k], choice[k]]
         t, h, p = choice[k], vhidden[k], p + k + 1
-        lengths = head.length(tc), head.length(mc)
+        lengths = head.cache_length(tc), head.cache_length(mc)
         assert lengths == (p, p - 1), (f"round {len(run.rounds)}: caches hold trunk {lengths[0]}, history {lengths[1]} "
                                        f"after committing to position {p}; expected {p} and {p - 1}")
         run.rounds.append(MtpRound(drafts=drafts, accepted=k, correction=choice[k] if k < d else None,
@@ -195,10 +213,10 @@ def mtp_generate(head: MtpHead, ids: Sequence[int], depth: int, max_new_tokens: 
 
 def greedy_tokens(head: MtpHead, ids: Sequence[int], max_new_tokens: int, eos: frozenset[int]) -> list[int]:
     """Plain greedy decoding on the trunk through its cache, one token a forward (the AR baseline)."""
-    cache = head.trunk_cache()
-    logits, _ = head.trunk(list(ids), cache)
+    cache = head.mtp_trunk_cache()
+    logits, _ = head.mtp_trunk(list(ids), cache)
     out = [_argmax(logits[-1])]
     while len(out) < max_new_tokens and out[-1] not in eos:
-        logits, _ = head.trunk([out[-1]], cache)
+        logits, _ = head.mtp_trunk([out[-1]], cache)
         out.append(_argmax(logits[-1]))
     return out

@@ -26,7 +26,7 @@ from oracles.families.execution.prompts import PromptRecord, load_prompts
 from oracles.families.execution.speculative import SpeculativeRun, speculate
 
 if TYPE_CHECKING:
-    from oracles.plugin.fixtures import Engines, Runs
+    from oracles.families.callables import Engines, Runs
 
 DRAFT_PIN = "smollm2-draft-twin"
 GENERATION = load_prompts(GENERATION_FILE)

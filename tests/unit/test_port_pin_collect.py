@@ -1,17 +1,14 @@
 """``--port-pin`` at collection: the port tests gain one parameter set per artifact pair (ids
-``REF-PORT@ARTIFACT``), only the port tests do, and a bad value stops the session in one line."""
+``REF-PORT@ARTIFACT``), only the port tests do, and a bad value stops the session in one line.
+
+Not dry: each check collects the suite in a pytest process of its own, about a second each (the pairs
+themselves are test_pairing_dry.py's, an artifact pair's xdist group test_groups_dry.py's)."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 from pathlib import Path
-
-import pytest
-
-from oracles.plugin.groups import record_group
-
-pytestmark = [pytest.mark.dry]
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -58,12 +55,6 @@ def test_a_pair_of_other_tokenizers_is_refused_in_one_line() -> None:
     assert got.returncode == 4, got.stdout + got.stderr
     assert ("--port-pin qwen35-vl-twin=smollm2-mlx-bf16: pin smollm2-mlx-bf16's tokenizer files differ from pin "
             "qwen35-vl-twin's") in got.stderr
-
-
-def test_an_artifact_pair_has_a_group_of_its_own() -> None:
-    same = record_group({"port"}, {"pin": "a", "port_id": "mlx", "port_pin": "a", "record": "ping"})
-    other = record_group({"port"}, {"pin": "a", "port_id": "mlx", "port_pin": "a-q4", "record": "ping"})
-    assert same == "mtplx:a:ping" and other == "mtplx:a>a-q4:ping"
 
 
 def test_the_chat_runs_on_the_built_in_conversions_only_when_asked() -> None:
