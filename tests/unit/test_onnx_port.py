@@ -182,8 +182,9 @@ def test_a_damaged_export_fails_the_engine_in_one_line(damage: str, tmp_path: Pa
         data.unlink()
         message = rf"^{graph}: external-data file model.onnx.data is missing"
     elif damage == "truncated graph":
-        graph.write_bytes(graph.read_bytes()[:50000])
-        message = rf"^{graph}: not a loadable .onnx \(50000 bytes; truncated\?\)"
+        half = graph.stat().st_size // 2
+        graph.write_bytes(graph.read_bytes()[:half])
+        message = rf"^{graph}: not a loadable .onnx \({half} bytes; truncated\?\)"
     else:
         identity_model(graph)
         message = rf"^{graph}: input 'x' is not one this engine feeds"
