@@ -1,12 +1,12 @@
 """The ExecuTorch port without its runtime: the registry, the pins it refuses, a ``.pte``'s facts read from
 its bytes (a flatbuffer written here with the ``flatbuffers`` builder), one line for each bad program, and
-the executorch-convert pins' recipes. Nothing here imports executorch or torch (one test asserts it)."""
+the executorch-convert pins' recipes. Nothing here imports executorch or torch
+(tests/unit/test_light_imports_dry.py asserts it)."""
 
 from __future__ import annotations
 
 import json
 import struct
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -183,11 +183,3 @@ def test_one_converter_process_answers_each_job_in_order(tmp_path: Path) -> None
     with pytest.raises(PinError, match=r"^job 3: the converter exited \(-9\): \(no output\)$"):
         dead.convert(job, "job 3")
     dead.close()
-
-
-def test_nothing_heavy_imported() -> None:
-    code = ("import sys; import oracles.engines.executorch.engine, oracles.pins.executorch; "
-            "import oracles.engines.executorch.artifact as a; "
-            "print(sorted(m for m in ('torch', 'executorch', 'transformers') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"

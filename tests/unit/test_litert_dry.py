@@ -1,12 +1,10 @@
 """The LiteRT port without its runtime: the registry, which pins it refuses, the signature checks of a
 bad artifact (on signature details written here), and the litert-convert pin's recipe. Nothing here
-imports ai_edge_litert or litert_torch (one test asserts it)."""
+imports ai_edge_litert or litert_torch (tests/unit/test_light_imports_dry.py asserts it)."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -43,13 +41,6 @@ def details(t: int = 64, vocab: int = 49152, hidden: int | None = 64, layers: in
 def test_registered_under_its_id() -> None:
     assert BUILTIN["litert"] == "oracles.engines.litert.engine:LiteRtPort"
     assert Registry().load("litert") is LiteRtPort
-
-
-def test_unavailable_reason_does_not_import_the_runtime() -> None:
-    code = ("import sys; from oracles.engines.litert.engine import LiteRtPort; LiteRtPort.unavailable_reason(); "
-            "print(sorted(m for m in sys.modules if m.startswith(('ai_edge_litert', 'litert_torch', 'transformers'))))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert done.stdout.strip() == "[]"
 
 
 def test_unsupported_pin_refuses_a_pin_without_a_tflite() -> None:

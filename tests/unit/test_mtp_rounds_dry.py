@@ -4,8 +4,6 @@ No weights: the logic of drafts, verify, commit, history update and the invarian
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from typing import Any, Sequence
 
 import numpy as np
@@ -124,15 +122,6 @@ def test_a_cut_that_does_nothing_is_named() -> None:
 def test_bad_input_is_one_line(depth: int, ids: list[int]) -> None:
     with pytest.raises(ValueError, match=r"need depth >= 1 and >= 2 prompt ids"):
         mtp_generate(FakeHead(), ids, depth, 8, frozenset())
-
-
-def test_modules_import_without_frameworks() -> None:
-    code = ("import sys, oracles.twins.mtp, oracles.engines.torch.mtp, oracles.engines.mlx.mtp, "
-            "oracles.engines.torch.reference, oracles.engines.systems, oracles.families.execution.mtp, "
-            "oracles.suite.test_mtp; "
-            "print(sorted(m for m in ('torch', 'transformers', 'mlx', 'mlx_vlm', 'scipy') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]"
 
 
 def test_a_cache_that_says_trimmable_and_refuses_is_named() -> None:

@@ -1,13 +1,11 @@
 """The ONNX Runtime port without its runtime: the registry, which pins it and the folder loaders refuse,
 the layout checks of a bad export (on inputs and outputs written here), the onnx-export pins' recipes and
 precision, and how the pairing and the families treat the int8 export. Nothing here imports onnx,
-onnxruntime, torch or transformers (one test asserts it)."""
+onnxruntime, torch or transformers (tests/unit/test_light_imports_dry.py asserts it)."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -43,14 +41,6 @@ def io(layers: int = 2, extra: tuple[Io, ...] = (), hidden: bool = True,
 def test_registered_under_its_id() -> None:
     assert BUILTIN["onnxruntime"] == "oracles.engines.onnx.engine:OnnxRuntimePort"
     assert Registry().load("onnxruntime") is OnnxRuntimePort
-
-
-def test_unavailable_reason_does_not_import_the_runtime() -> None:
-    code = ("import sys; from oracles.engines.onnx.engine import OnnxRuntimePort; OnnxRuntimePort.unavailable_reason(); "
-            "import oracles.pins.onnx_export; "
-            "print(sorted(m for m in sys.modules if m.startswith(('onnx', 'torch', 'transformers'))))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert done.stdout.strip() == "[]"
 
 
 def test_which_engines_load_an_onnx_pin() -> None:

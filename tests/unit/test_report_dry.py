@@ -32,10 +32,14 @@ def receipt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture(scope="module")
 def drawn(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """The fake receipt's page and summary, drawn once for the module: (page, summary)."""
+    """The fake receipt's page and summary, made once for the module: (page, summary). Each figure is the
+    stub ``<svg>`` (matplotlib's drawing took 1.2 s of the dry smoke); tests/unit/test_report_browser.py
+    renders real figures and holds their size."""
     receipt = write(tmp_path_factory.mktemp("drawn"))
     md = receipt.with_name("summary.md")
-    code_, page = _report(receipt, "--markdown", str(md))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("oracles.report.figures.svg", lambda curve: "<svg></svg>")
+        code_, page = _report(receipt, "--markdown", str(md))
     assert code_ == 1  # written; the receipt is not all ok
     return page, md
 
