@@ -95,6 +95,39 @@ class ArtifactPort(Engine):
         self.eos_token_ids = frozenset(eos_ids(self.root, config))
         return config
 
+    # -- what every converted file's cache shares ------------------------------------------------
+    def cache_length(self, cache: Any) -> int:
+        """The rows ``cache.length`` counts as valid (0 for no cache): each artifact port's cache counts its own."""
+        return 0 if cache is None else int(cache.length)
+
+    def is_trimmable(self, cache: Any) -> bool:
+        """True: rows past a cache's valid length are never read before a forward writes them."""
+        return True
+
+    def trim(self, cache: Any, n: int) -> bool:
+        """Drop the last ``n`` valid rows by lowering the count (a port whose cache is the rows themselves
+        overrides this).
+
+        Raises:
+            ValueError: more rows asked than the cache holds.
+        """
+        self.check_trim(cache, n)
+        cache.length -= n
+        return True
+
+    @staticmethod
+    def check_trim(cache: Any, n: int) -> None:
+        """Raise ValueError when ``n`` passes the rows ``cache`` holds."""
+        if n > cache.length:
+            raise ValueError(f"trim: {n} positions asked, the cache holds {cache.length}")
+
+    def refuse_layers(self, layers: bool) -> None:
+        """Raise Unsupported for ``layers=True``: a converted file outputs the logits and the final norm's
+        hidden state, no per-layer stream."""
+        if layers:
+            raise self._unsupported("return the residual stream of each layer (layers=True)",
+                                    f"{self.path.name} outputs the logits and the final norm's hidden state only")
+
     def greedy_over_forward(self, ids: Sequence[int], max_new_tokens: int, loop: str) -> Generation:
         """Greedy generation as this adapter's loop over :meth:`forward` on one fresh cache: the prompt's
         forward, then one ``forward`` per token, argmax of each step's ``[V]`` float32 logits (numpy's: the

@@ -38,6 +38,7 @@ from typing import IO, Any, Callable
 
 from oracles.errors import PinError
 from oracles.pins.convert import model_class_of, versions
+from oracles.pins.converter_env import ensure_env
 from oracles.pins.pin import TOKENIZER_FILES, Pin, oracles_home
 
 #: The recipe's tool name (``recipe.tool``).
@@ -84,33 +85,11 @@ def ensure_converter_env(env: Path | None = None) -> Path:
     if versions((name,)).get(name) != want_version:
         raise PinError(f"an executorch-convert build needs {RUNTIME} in this environment (found "
                        f"{versions((name,)).get(name)!r}): pip install --no-deps {RUNTIME} ruamel.yaml tabulate")
-    env = env or converter_env()
-    marker, python = env / ".installed", env / "bin" / "python"
     base = sysconfig.get_paths()["purelib"]
-    want = {"packages": list(CONVERTER_PACKAGES), "base": base}
-    if marker.is_file() and python.exists() and json.loads(marker.read_text()) == want:
-        return python
-    shutil.rmtree(env, ignore_errors=True)
-    env.parent.mkdir(parents=True, exist_ok=True)
-    _run([sys.executable, "-m", "venv", "--without-pip", str(env)], f"creating the converter venv {env}")
-    site = Path(sysconfig.get_paths(vars={"base": str(env), "platbase": str(env)})["purelib"])
     # every site-packages this interpreter sees (a venv layered on another by a .pth sees both; a path a .pth
     # names is not itself searched for .pth files, so each is listed)
-    seen = dict.fromkeys([base, *(p for p in sys.path if p.endswith("site-packages"))])
-    (site / "main-venv.pth").write_text("".join(f"{p}\n" for p in seen))
-    _run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--no-deps",
-          *CONVERTER_PACKAGES], f"installing the converter into {env}")
-    marker.write_text(json.dumps(want))
-    return python
-
-
-def _run(cmd: list[str], what: str, env: dict[str, str] | None = None) -> str:
-    """Run ``cmd``; its stdout. Raises PinError naming ``what`` and the last line of its stderr."""
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if done.returncode != 0:
-        lines = [ln for ln in done.stderr.splitlines() if ln.strip()] or ["(no output)"]
-        raise PinError(f"{what}: exit status {done.returncode}: {lines[-1].strip()}")
-    return done.stdout
+    layered = list(dict.fromkeys([base, *(p for p in sys.path if p.endswith("site-packages"))]))
+    return ensure_env(env or converter_env(), CONVERTER_PACKAGES, layered)
 
 
 def options_of(pin: Pin) -> dict[str, Any]:

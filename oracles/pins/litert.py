@@ -27,8 +27,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 import sysconfig
 import tempfile
 from pathlib import Path
@@ -36,6 +34,7 @@ from typing import Any, Callable
 
 from oracles.errors import PinError
 from oracles.pins.convert import model_class_of
+from oracles.pins.converter_env import ensure_env, run_tool
 from oracles.pins.pin import TOKENIZER_FILES, Pin, oracles_home
 
 #: The recipe's tool name (``recipe.tool``).
@@ -74,30 +73,8 @@ def ensure_converter_env(env: Path | None = None) -> Path:
     Raises:
         PinError: the venv or the pip install fails (the command's last line named).
     """
-    env = env or converter_env()
-    marker, python = env / ".installed", env / "bin" / "python"
     base = sysconfig.get_paths()["purelib"]
-    want = {"packages": list(CONVERTER_PACKAGES), "base": base}
-    if marker.is_file() and python.exists() and json.loads(marker.read_text()) == want:
-        return python
-    shutil.rmtree(env, ignore_errors=True)
-    env.parent.mkdir(parents=True, exist_ok=True)
-    _run([sys.executable, "-m", "venv", "--without-pip", str(env)], f"creating the converter venv {env}")
-    site = Path(sysconfig.get_paths(vars={"base": str(env), "platbase": str(env)})["purelib"])
-    (site / "main-venv.pth").write_text(base + "\n")
-    _run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--no-deps",
-          *CONVERTER_PACKAGES], f"installing the converter into {env}")
-    marker.write_text(json.dumps(want))
-    return python
-
-
-def _run(cmd: list[str], what: str, env: dict[str, str] | None = None) -> str:
-    """Run ``cmd``; its stdout. Raises PinError naming ``what`` and the last line of its stderr."""
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if done.returncode != 0:
-        lines = [ln for ln in done.stderr.splitlines() if ln.strip()] or ["(no output)"]
-        raise PinError(f"{what}: exit status {done.returncode}: {lines[-1].strip()}")
-    return done.stdout
+    return ensure_env(env or converter_env(), CONVERTER_PACKAGES, [base])
 
 
 def options_of(pin: Pin) -> dict[str, Any]:
@@ -148,7 +125,7 @@ def convert_to_tflite(source: Path, out: Path, options: dict[str, Any]) -> str:
         job.write_text(json.dumps({"source": str(source), "out": str(out), "file": TFLITE, "options": options}))
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONHASHSEED": "0"}
         env.pop("PYTHONPATH", None)
-        stdout = _run([str(python), str(SCRIPT), str(job)], f"converting {source} to {out / TFLITE}", env)
+        stdout = run_tool([str(python), str(SCRIPT), str(job)], f"converting {source} to {out / TFLITE}", env)
     result = json.loads(stdout.strip().splitlines()[-1])
     (out / "conversion.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
     for name in COPIED:

@@ -8,10 +8,11 @@ Slow: both engines load (~10 s, most of it torch's and executorch's import)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 import pytest
+from port_figures import held, prompt
 
 from oracles.checks.judgment import BAND_RATIO
 from oracles.checks.tolerance import FLOAT32
@@ -51,20 +52,6 @@ def engines(verified_snapshot: Callable[[str], Path]) -> tuple[Engine, Engine]:
 
     port = _engine(verified_snapshot, PIN)
     return port, TorchReference(verified_snapshot(REFERENCE), load_pin(REFERENCE), threads=1)
-
-
-def prompt(n: int, seed: int = 0) -> list[int]:
-    return [int(i) for i in np.random.default_rng(seed).integers(3, 49152, n)]
-
-
-def held(port: np.ndarray, ref: np.ndarray) -> dict[str, Any]:
-    """Port ``[T, V]`` logits against the reference's, within the float32 bounds, every argmax equal."""
-    d = port.astype(np.float64) - ref
-    figures = {"max_abs": float(np.abs(d).max()), "nmse": float((d ** 2).sum() / (ref.astype(np.float64) ** 2).sum()),
-               "argmax": float((port.argmax(-1) == ref.argmax(-1)).mean())}
-    assert figures["max_abs"] <= FLOAT32.max_abs_logit and figures["nmse"] <= FLOAT32.max_nmse, figures
-    assert figures["argmax"] == 1.0, figures
-    return figures
 
 
 @pytest.mark.parametrize("n", [42, 512])

@@ -13,8 +13,8 @@ from typing import Any, Callable
 
 import numpy as np
 import pytest
+from port_figures import held, prompt
 
-from oracles.checks.tolerance import FLOAT32
 from oracles.engines.base import Engine, Sampler, Unsupported
 from oracles.errors import PinError
 from oracles.pins.pin import load_pin
@@ -89,20 +89,6 @@ def engines(verified_snapshot: Callable[[str], Path]) -> tuple[Engine, Engine]:
 
     return (OnnxRuntimePort(verified_snapshot(PIN), load_pin(PIN), threads=1),
             TorchReference(verified_snapshot(REFERENCE), load_pin(REFERENCE), threads=1))
-
-
-def prompt(n: int, seed: int = 0) -> list[int]:
-    return [int(i) for i in np.random.default_rng(seed).integers(3, 49152, n)]
-
-
-def held(port: np.ndarray, ref: np.ndarray) -> dict[str, Any]:
-    """Port ``[T, V]`` logits against the reference's, within the float32 bounds, every argmax equal."""
-    d = port.astype(np.float64) - ref
-    figures = {"max_abs": float(np.abs(d).max()), "nmse": float((d ** 2).sum() / (ref.astype(np.float64) ** 2).sum()),
-               "argmax": float((port.argmax(-1) == ref.argmax(-1)).mean())}
-    assert figures["max_abs"] <= FLOAT32.max_abs_logit and figures["nmse"] <= FLOAT32.max_nmse, figures
-    assert figures["argmax"] == 1.0, figures
-    return figures
 
 
 @pytest.mark.slow

@@ -27,6 +27,7 @@ from oracles.engines.wire.config import parse_lines
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from cohort_fake import FakeEngine, fake_pin  # noqa: E402
+from processes import alive  # noqa: E402
 
 FAKE = Path(__file__).resolve().parent / "wire_fake.py"
 
@@ -139,15 +140,6 @@ def test_a_wrong_answer_fails_its_call_only() -> None:
     assert engine.channel.transport.proc.poll() is not None  # type: ignore[attr-defined]
 
 
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie, dead but not yet reaped, is not running)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError):
-        return False
-    return state != "Z"
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the kernel's parent-death signal is Linux's")
 def test_no_far_side_outlives_a_killed_client() -> None:
     """A client process SIGKILLed while its far side is busy in a call (not reading its stdin, so EOF
@@ -173,6 +165,6 @@ os.kill(os.getpid(), signal.SIGKILL)
     assert run.returncode == -9, run.stderr[-2000:]
     pid = int(run.stdout.split()[0])
     deadline = time.monotonic() + 10
-    while _alive(pid) and time.monotonic() < deadline:
+    while alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _alive(pid), f"far side {pid} outlived its killed client"
+    assert not alive(pid), f"far side {pid} outlived its killed client"

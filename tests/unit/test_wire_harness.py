@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from processes import alive
 
 ROOT = Path(__file__).resolve().parents[2]
 HARNESS = ROOT / "harness" / "build" / "oracles-wire-llama"
@@ -66,15 +67,6 @@ def test_wire_check_names_the_call_of_an_injected_fault(harness: Path, capsys: p
     assert f"injecting fault {fault.replace(':', ' at ')}" in failures[0], failures[0]
 
 
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie, dead but not yet reaped, is not running)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError):
-        return False
-    return state != "Z"
-
-
 def test_a_session_with_failing_far_sides_goes_on_and_leaves_none(harness: Path, tmp_path: Path) -> None:
     (tmp_path / "pytest.ini").write_text(
         "[pytest]\noracles = true\noracles_wire =\n"
@@ -103,5 +95,5 @@ def test_a_session_with_failing_far_sides_goes_on_and_leaves_none(harness: Path,
         assert f"injecting fault {'crash' if call == 'forward' else 'hang'} at {call}" in text, text
     pids = [e["wire"]["pid"] for e in receipt["engines"] if e.get("wire", {}).get("pid")]
     assert len(pids) >= 2, receipt["engines"]
-    assert not [pid for pid in pids if _alive(pid)], f"harness processes outlived the session: {pids}"
+    assert not [pid for pid in pids if alive(pid)], f"harness processes outlived the session: {pids}"
     assert os.environ.get("ORACLES_HARNESS_FAULT") is None

@@ -145,19 +145,6 @@ class ExecuTorchPort(ArtifactPort):
         program = self.runtime._load_program(str(self.path), program_verification=self.runtime.Verification.Minimal)
         return ExecuTorchCache(program, program.load_method("forward"))
 
-    def cache_length(self, cache: Any) -> int:
-        return 0 if cache is None else int(cache.length)
-
-    def is_trimmable(self, cache: Any) -> bool:
-        """True: rows past the valid length are masked and overwritten before a valid row reads them."""
-        return True
-
-    def trim(self, cache: Any, n: int) -> bool:
-        if n > cache.length:
-            raise ValueError(f"trim: {n} positions asked, the cache holds {cache.length}")
-        cache.length -= n
-        return True
-
     def _buffers(self, cache: ExecuTorchCache) -> dict[str, Any]:
         """The live cache's named mutable buffers (torch tensors viewing the method's memory).
 
@@ -213,9 +200,7 @@ class ExecuTorchPort(ArtifactPort):
             ValueError: an empty prompt, or more positions than the cache's rows (:func:`check_forward_length`).
             Unsupported: ``layers=True`` (the program outputs no per-layer stream).
         """
-        if layers:
-            raise self._unsupported("return the residual stream of each layer (layers=True)",
-                                    f"{self.path.name} outputs the logits and the final norm's hidden state only")
+        self.refuse_layers(layers)
         ids = self.text_ids(prompt)
         cache = self.make_cache() if cache is None else cache
         check_forward_length(self, cache.length, len(ids))

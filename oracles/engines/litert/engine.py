@@ -138,19 +138,6 @@ class LiteRtPort(ArtifactPort):
                                     f"{self.layout.signature!r} takes {self.layout.seq_len} ids and no cache")
         return self.layout
 
-    def cache_length(self, cache: Any) -> int:
-        return 0 if cache is None else int(cache.length)
-
-    def is_trimmable(self, cache: Any) -> bool:
-        """True: rows past the valid length are never read, so a trim only lowers the length."""
-        return True
-
-    def trim(self, cache: Any, n: int) -> bool:
-        if n > cache.length:
-            raise ValueError(f"trim: {n} positions asked, the cache holds {cache.length}")
-        cache.length -= n
-        return True
-
     def snapshot(self, cache: Any) -> LiteRtCache:
         return LiteRtCache({k: v.copy() for k, v in cache.buffers.items()}, cache.length)
 
@@ -183,9 +170,7 @@ class LiteRtPort(ArtifactPort):
             Unsupported: ``layers=True`` (the artifact outputs no per-layer stream); a continuation
                 when the artifact has no decode signature and a chunk does not fit a prefill.
         """
-        if layers:
-            raise self._unsupported("return the residual stream of each layer (layers=True)",
-                                    f"{self.path.name} outputs the logits and the final norm's hidden state only")
+        self.refuse_layers(layers)
         ids = self.text_ids(prompt)
         if isinstance(self.layout, PlainLayout):
             return self._forward_plain(ids, cache, keep)

@@ -118,16 +118,9 @@ class OnnxRuntimePort(ArtifactPort):
         shape = (1, self.layout.kv_heads, 0, self.layout.head_dim)
         return OnnxCache([(np.zeros(shape, np.float32), np.zeros(shape, np.float32)) for _ in range(self.num_layers)])
 
-    def cache_length(self, cache: Any) -> int:
-        return 0 if cache is None else cache.length
-
-    def is_trimmable(self, cache: Any) -> bool:
-        """True: the cache is the rows the graph returned, and a trim keeps the first ones."""
-        return True
-
     def trim(self, cache: Any, n: int) -> bool:
-        if n > cache.length:
-            raise ValueError(f"trim: {n} positions asked, the cache holds {cache.length}")
+        """Keep the first rows: the cache is the rows the graph returned."""
+        self.check_trim(cache, n)
         keep = cache.length - n
         cache.layers = [(k[:, :, :keep].copy(), v[:, :, :keep].copy()) for k, v in cache.layers]
         return True
@@ -161,9 +154,7 @@ class OnnxRuntimePort(ArtifactPort):
             ValueError: an empty prompt, or more positions than the context (:func:`check_forward_length`).
             Unsupported: ``layers=True`` (the graph outputs no per-layer stream).
         """
-        if layers:
-            raise self._unsupported("return the residual stream of each layer (layers=True)",
-                                    f"{self.path.name} outputs the logits and the final norm's hidden state only")
+        self.refuse_layers(layers)
         ids = self.text_ids(prompt)
         cache = self.make_cache() if cache is None else cache
         check_forward_length(self, cache.length, len(ids))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from numbers import Integral
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -303,14 +303,7 @@ def _decode_record(kind: str, value: Any, arrays: Sequence[np.ndarray], field: s
     if kind == "generation":
         return _generation(_object(value, field, ("tokens", "text", "finish_reason", "step_logits")), arrays, field)
     if kind == "buffers":
-        if not isinstance(value, list):
-            raise FieldError(field, f"{_seen(value)}; expected a list of [name, array] pairs")
-        out: dict[str, np.ndarray] = {}
-        for i, pair in enumerate(value):
-            if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str)):
-                raise FieldError(f"{field}[{i}]", f"{_seen(pair)}; expected [name, {{\"array\": i}}]")
-            out[pair[0]] = array_of(pair[1], arrays, f"{field}[{i}] ({pair[0]})")
-        return out
+        return {name: array_of(ref, arrays, where) for where, name, ref in _pairs(value, field)}
     if kind == "taps":
         return _taps(_object(value, field, ("stream", "attn", "mlp", "hidden", "logits", "mixers")), arrays, field)
     if kind == "mtp_step":
@@ -364,18 +357,27 @@ def _picture(value: Any, arrays: Sequence[np.ndarray], field: str) -> np.ndarray
     return a
 
 
-def _named(value: Any, arrays: Sequence[np.ndarray], field: str) -> dict[str, np.ndarray]:
-    """``[[name, {"array": i}], ...]`` (any wire dtype) as a dict in that order."""
+def _pairs(value: Any, field: str) -> Iterator[tuple[str, str, Any]]:
+    """The ``[[name, ref], ...]`` list at ``field``, in order: (the pair's field for errors, name, ref) each.
+
+    Raises:
+        FieldError: not a list, or an item that is not a ``[str, ref]`` pair.
+    """
     if not isinstance(value, list):
         raise FieldError(field, f"{_seen(value)}; expected a list of [name, array] pairs")
-    out: dict[str, np.ndarray] = {}
     for i, pair in enumerate(value):
         if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str)):
             raise FieldError(f"{field}[{i}]", f"{_seen(pair)}; expected [name, {{\"array\": i}}]")
-        ref = pair[1]
+        yield f"{field}[{i}] ({pair[0]})", pair[0], pair[1]
+
+
+def _named(value: Any, arrays: Sequence[np.ndarray], field: str) -> dict[str, np.ndarray]:
+    """``[[name, {"array": i}], ...]`` (any wire dtype) as a dict in that order."""
+    out: dict[str, np.ndarray] = {}
+    for where, name, ref in _pairs(value, field):
         if not (isinstance(ref, dict) and isinstance(ref.get("array"), int) and 0 <= ref["array"] < len(arrays)):
-            raise FieldError(f"{field}[{i}] ({pair[0]})", f"{_seen(ref)}; expected {{\"array\": i}}")
-        out[pair[0]] = arrays[ref["array"]]
+            raise FieldError(where, f"{_seen(ref)}; expected {{\"array\": i}}")
+        out[name] = arrays[ref["array"]]
     return out
 
 
