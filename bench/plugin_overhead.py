@@ -23,8 +23,14 @@ against the code before it in one run, under the same drift of the machine.
 
 ``--profile enabled|off`` prints the top of a cProfile of one run of that kind (in-process) instead.
 
+``--instructions`` counts instead the instructions each side executes, under valgrind's callgrind (one run each,
+``PYTHONHASHSEED=0``; about 25 s a run). On this shared machine wall-clock pairs spread over several times the
+goals' margins (0.86 to 1.06 for the off comparison); an instruction count repeats to a few parts in a million
+where the run does the same work (the receipts' names and times vary it by ~1 %), and a second run of each
+side shows how much.
+
 Usage: python bench/plugin_overhead.py [--tests 1000] [--pairs 9] [--only enabled|off] [--baseline PATH]
-       [--profile KIND]
+       [--profile KIND] [--instructions]
 """
 
 from __future__ import annotations
@@ -152,6 +158,47 @@ def measure(cmp: Comparison, folder: Path, pairs: int, baseline: str | None = No
     return [side.report(cmp) for side in sides][0]
 
 
+def instructions(folder: Path, extra: tuple[str, ...]) -> int:
+    """Instructions one whole pytest process in ``folder`` executes, counted by valgrind's callgrind
+    (``Collected :`` of its summary), the hash seed fixed.
+
+    Raises:
+        SystemExit: valgrind is not installed, pytest did not pass, or no count was printed.
+    """
+    import re
+    import shutil
+
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        raise SystemExit("--instructions needs valgrind (Debian's valgrind package)")
+    cmd = [valgrind, "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-m", "pytest", *BASE, *extra]
+    env = {**child_env(folder), "PYTHONHASHSEED": "0"}
+    done = subprocess.run(cmd, cwd=folder, capture_output=True, text=True, env=env)
+    found = re.search(r"Collected : (\d+)", done.stderr)
+    if done.returncode != 0 or found is None:
+        raise SystemExit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+    return int(found.group(1))
+
+
+def count(cmp: Comparison, folder: Path, runs: int = 2) -> float:
+    """``runs`` instruction counts of A and of B, in turn after one warm-up of each (the .pyc files); prints them
+    and the ratio of their medians; returns it."""
+    folder.mkdir()
+    (folder / "pytest.ini").write_text(cmp.ini)
+    (folder / "test_bench.py").write_text(cmp.suite)
+    run(folder, cmp.a), run(folder, cmp.b)
+    a, b = [], []
+    for _ in range(runs):
+        a.append(instructions(folder, cmp.a))
+        b.append(instructions(folder, cmp.b))
+    ratio = statistics.median(a) / statistics.median(b)
+    print(f"{cmp.name} (A {' '.join(cmp.a) or '(as is)'}; B {' '.join(cmp.b)}), instructions, {runs} runs each:")
+    print(f"    A {', '.join(f'{n:,}' for n in a)}")
+    print(f"    B {', '.join(f'{n:,}' for n in b)}")
+    print(f"    ratio of the medians A/B {ratio:.4f}; goal <= {cmp.goal}: {'met' if ratio <= cmp.goal else 'NOT met'}")
+    return ratio
+
+
 def profile(cmp: Comparison, folder: Path) -> None:
     """cProfile of one in-process run of A, the plugin's functions sorted by cumulative time."""
     import cProfile
@@ -178,6 +225,8 @@ def main() -> int:
     parser.add_argument("--baseline", default=None, metavar="PATH",
                         help="also measure the plugin of the checkout at PATH, its pairs in turn with this tree's")
     parser.add_argument("--profile", choices=("enabled", "off"), default=None, help="profile one run of A instead")
+    parser.add_argument("--instructions", action="store_true",
+                        help="count each side's instructions under valgrind's callgrind instead of timing pairs")
     args = parser.parse_args()
     table = comparisons(args.tests)
     with tempfile.TemporaryDirectory(prefix="oracles-bench-") as tmp:
@@ -185,7 +234,10 @@ def main() -> int:
             profile(table[args.profile], Path(tmp) / args.profile)
             return 0
         for key in [args.only] if args.only else list(table):
-            measure(table[key], Path(tmp) / key, args.pairs, args.baseline)
+            if args.instructions:
+                count(table[key], Path(tmp) / key)
+            else:
+                measure(table[key], Path(tmp) / key, args.pairs, args.baseline)
     return 0
 
 
