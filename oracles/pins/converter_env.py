@@ -2,7 +2,9 @@
 site-packages through a ``main-venv.pth`` and holds exactly the converter's packages, installed with ``pip
 --no-deps`` (a converter's declared dependencies are mostly never imported by a conversion). Its
 ``.installed`` file, written last, lists what it was made with; one made for other packages or another base
-environment is made again. Used by :mod:`oracles.pins.litert` and :mod:`oracles.pins.executorch`.
+environment is made again. Used by :mod:`oracles.pins.litert` and :mod:`oracles.pins.executorch`, which also
+keep a conversion's answer and the source's model files beside the converted file (:func:`finish`; the ONNX
+export copies them too).
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ import subprocess
 import sys
 import sysconfig
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from oracles.errors import PinError
+from oracles.pins.convert import model_class_of
 
 
 def ensure_env(env: Path, packages: Sequence[str], layered: Sequence[str]) -> Path:
@@ -52,3 +55,19 @@ def run_tool(cmd: list[str], what: str, env: dict[str, str] | None = None) -> st
         lines = [ln for ln in done.stderr.splitlines() if ln.strip()] or ["(no output)"]
         raise PinError(f"{what}: exit status {done.returncode}: {lines[-1].strip()}")
     return done.stdout
+
+
+def copy_beside(source: Path, out: Path, names: Sequence[str]) -> None:
+    """Copy each of ``names`` that ``source`` holds into ``out`` (model facts, tokenizer, chat template: a
+    runtime without a tokenizer reads them beside the converted file)."""
+    for name in names:
+        if (source / name).is_file():
+            shutil.copyfile(source / name, out / name)
+
+
+def finish(source: Path, out: Path, result: dict[str, Any], names: Sequence[str]) -> str:
+    """Keep a converter's answer as ``out/conversion.json`` (pinned with the rest; the pin writer reads it),
+    copy ``names`` from ``source`` beside it (:func:`copy_beside`); returns ``out``'s model class."""
+    (out / "conversion.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    copy_beside(source, out, names)
+    return model_class_of(out)

@@ -28,7 +28,6 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import shutil
 import subprocess
 import sys
 import sysconfig
@@ -37,8 +36,8 @@ from pathlib import Path
 from typing import IO, Any, Callable
 
 from oracles.errors import PinError
-from oracles.pins.convert import model_class_of, versions
-from oracles.pins.converter_env import ensure_env
+from oracles.pins.convert import versions
+from oracles.pins.converter_env import ensure_env, finish
 from oracles.pins.pin import TOKENIZER_FILES, Pin, oracles_home
 
 #: The recipe's tool name (``recipe.tool``).
@@ -210,11 +209,7 @@ def convert_to_pte(source: Path, out: Path, options: dict[str, Any]) -> str:
     """
     job = {"source": str(source), "out": str(out), "file": PTE, "options": options}
     result = Converter.get().convert(job, f"converting {source} to {out / PTE}")
-    (out / "conversion.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
-    for name in COPIED:
-        if (source / name).is_file():
-            shutil.copyfile(source / name, out / name)
-    return model_class_of(out)
+    return finish(source, out, result, COPIED)
 
 
 def recipe_fields(recipe: dict[str, Any], root: Path) -> dict[str, Any]:

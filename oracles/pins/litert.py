@@ -26,15 +26,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sysconfig
 import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
 from oracles.errors import PinError
-from oracles.pins.convert import model_class_of
-from oracles.pins.converter_env import ensure_env, run_tool
+from oracles.pins.converter_env import ensure_env, finish, run_tool
 from oracles.pins.pin import TOKENIZER_FILES, Pin, oracles_home
 
 #: The recipe's tool name (``recipe.tool``).
@@ -127,11 +125,7 @@ def convert_to_tflite(source: Path, out: Path, options: dict[str, Any]) -> str:
         env.pop("PYTHONPATH", None)
         stdout = run_tool([str(python), str(SCRIPT), str(job)], f"converting {source} to {out / TFLITE}", env)
     result = json.loads(stdout.strip().splitlines()[-1])
-    (out / "conversion.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
-    for name in COPIED:
-        if (source / name).is_file():
-            shutil.copyfile(source / name, out / name)
-    return model_class_of(out)
+    return finish(source, out, result, COPIED)
 
 
 def recipe_fields(recipe: dict[str, Any], root: Path) -> dict[str, Any]:

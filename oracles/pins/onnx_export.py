@@ -31,12 +31,12 @@ torch, transformers, onnx and onnxruntime are imported inside the functions, nev
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any, Callable
 
 from oracles.errors import PinError
 from oracles.pins.convert import model_class_of, versions
+from oracles.pins.converter_env import copy_beside
 from oracles.pins.pin import TOKENIZER_FILES, Pin
 
 EXPORT_TOOL = "torch.onnx.export"
@@ -168,7 +168,7 @@ def export_onnx(source: Path, out: Path, options: dict[str, Any]) -> str:
                       output_names=["logits", "hidden", *(f"present.{n}" for n in kv)], verbose=False,
                       dynamic_shapes={"input_ids": {1: seq}, "past_key_values": [{2: past}] * (2 * layers)}, **options)
     strip_node_metadata(out / ONNX)
-    _copy_model_files(source, out)
+    copy_beside(source, out, COPIED)
     return model_class_of(out)
 
 
@@ -198,14 +198,8 @@ def quantize_onnx(source: Path, out: Path, options: dict[str, Any]) -> str:
 
     given = {**options, "weight_type": getattr(QuantType, str(options["weight_type"]))}
     quantize_dynamic(str(source / ONNX), str(out / ONNX), **given)
-    _copy_model_files(source, out)
+    copy_beside(source, out, COPIED)
     return model_class_of(out)
-
-
-def _copy_model_files(source: Path, out: Path) -> None:
-    for name in COPIED:
-        if (source / name).is_file():
-            shutil.copyfile(source / name, out / name)
 
 
 def recipe_fields(recipe: dict[str, Any], root: Path) -> dict[str, Any]:

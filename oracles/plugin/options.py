@@ -151,7 +151,7 @@ def _reference(value: str, r: Resolving) -> Mapping[str, Any]:
 
 
 def _recorded(engines: Any, r: Resolving, flag: str) -> None:
-    """Refuse a ``recorded:DIR`` engine whose store cannot serve this session (issue 26)."""
+    """Refuse a ``recorded:DIR`` engine whose store cannot serve this run (its pin, settings or versions)."""
     from oracles.engines import RECORDED
 
     for engine in engines:
@@ -324,7 +324,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("--resume", None, "a receipt or .partial.jsonl of a run with the same schema, --reference, --port and "
            "pins: skip the tests that passed there, carrying their records (turns receipts on); write "
            "--resume=RECEIPT", metavar="RECEIPT", enables=True, path=True, parse=_path("resume")),
-    Option("--record", (), "write every answer of ENGINE (the reference or a port this session runs) to the "
+    Option("--record", (), "write every answer of ENGINE (the reference or a port of this run) to the "
            "recording at DIR, which --reference recorded:DIR (or --port) replays; repeatable (docs/recordings.md)",
            metavar="ENGINE=DIR", action="append", parse=_record),
 )

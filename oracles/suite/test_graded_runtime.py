@@ -124,7 +124,7 @@ def test_runtime_quantized_cost(runs: Runs, engines: Engines, pins: PinCache, py
                     f"reference it is graded against; got {source!r}, {reference_pin!r}")
     ports = _ports(pytestconfig, artifact)
     if not ports:
-        pytest.skip(f"no port engine of this session loads pin {artifact} ({pin.precision.describe()})")
+        pytest.skip(f"no port engine of this run loads pin {artifact} ({pin.precision.describe()})")
     settings = settings_of(pytestconfig)
     every = settings.port_scope.kind == "all"
     reference: Engine = engines(settings.reference, reference_pin)

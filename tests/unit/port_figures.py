@@ -25,3 +25,14 @@ def held(port: np.ndarray, ref: np.ndarray) -> dict[str, Any]:
     assert figures["max_abs"] <= FLOAT32.max_abs_logit and figures["nmse"] <= FLOAT32.max_nmse, figures
     assert figures["argmax"] == 1.0, figures
     return figures
+
+
+def prefill_held(port: Any, ref: Any, n: int) -> None:
+    """A cold prefill of ``prompt(n)`` on ``port`` (an Engine) held to ``ref``'s: the logits (:func:`held`), the
+    final norm's hidden within the float32 logit bound, and ``keep=3`` the last three rows bit for bit."""
+    __tracebackhide__ = True
+    ids = prompt(n)
+    a, b = port.forward(ids), ref.forward(ids)
+    held(a.logits, b.logits)
+    assert np.abs(a.hidden - b.hidden).max() <= FLOAT32.max_abs_logit
+    assert port.forward(ids, keep=3).logits.tobytes() == a.logits[-3:].tobytes()
