@@ -78,6 +78,7 @@ class RunState:
     collection_errors: list[dict[str, Any]] = field(default_factory=list)  # {"nodeid", "summary"}
     port_scope: dict[str, Any] = field(default_factory=dict)  # LeftOut.to_json() of the collection (a worker's, merged)
     partial: PartialLog | None = None
+    encoded: dict[str, str] = field(default_factory=dict)  # nodeid -> its record's text in the partial log
     environment_probe: EnvironmentProbe | None = None
     receipt_path: Path | None = None
     receipt: RunReceipt | None = None
@@ -141,22 +142,20 @@ class RunState:
     # -- reports -> records ------------------------------------------------------------------
     def on_report(self, report: Any) -> TestRecord | None:
         """Take one phase report; return the finished record after its last phase, else None."""
-        nodeid = plain_nodeid(report.nodeid)
         for name, value in getattr(report, "user_properties", ()):
             if name == EVENTS_KEY:
                 self.events.extend(value)
             elif name == ENGINE_KEY:
-                self.engine_of[nodeid] = (value[0], value[1])
-        self.open_reports.setdefault(nodeid, []).append(report)
+                self.engine_of[plain_nodeid(report.nodeid)] = (value[0], value[1])
+        self.open_reports.setdefault(report.nodeid, []).append(report)
         if report.when not in ("teardown", "???"):
             return None
-        record = self._record(nodeid, self.open_reports.pop(nodeid))
+        record = self._record(plain_nodeid(report.nodeid), self.open_reports.pop(report.nodeid))
         self.records[record.nodeid] = record
         if self.partial is not None:
-            # in the OS before the next test starts (one write(2)); no fsync per line. Nothing of it is
-            # kept: the receipt encodes the records again at the end, in one warm loop, cheaper than what
-            # a thousand retained lines cost the tests in between (measured: ~9 ms per 1,000 tests).
-            self.partial.write({"event": "test", **record.to_json()})
+            # in the OS before the next test starts (one write(2)); no fsync per line. The record's text is
+            # kept for the receipt, which would otherwise encode every record a second time.
+            self.encoded[record.nodeid] = self.partial.write_test(record.to_json())
         return record
 
     def on_collect_error(self, report: Any) -> None:
@@ -246,12 +245,18 @@ class RunState:
         assert self.folder is not None
         path = self.folder / f"{self.stem}.json"
         try:
-            write_exclusive(path, dump_json(receipt.to_json()))
+            encoded = {"tests": [self._encoded(t["nodeid"]) for t in receipt.tests]}
+            write_exclusive(path, dump_json(receipt.to_json(), encoded))
         except OracleError:
             self.drop_arrays(receipt.arrays)
             raise
         self.receipt_path, self.receipt = path, receipt
         return path
+
+    def _encoded(self, nodeid: str) -> str | None:
+        """The text the partial log wrote for this test's record (None: a record made at the end, not_run).
+        Only :meth:`on_report` sets a record that has a line, and it sets both at once."""
+        return self.encoded.get(nodeid)
 
     def drop_arrays(self, name: str | None) -> None:
         """Remove this run's sidecar ``name`` (pack_arrays creates it exclusively: it is ours), so no

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from oracles.errors import FixtureError, ReceiptError
 
@@ -58,7 +58,6 @@ ONE_LINE_ITEMS = ("tests", "not_run")
 
 #: Encoders made once: ``json.dumps`` with any non-default argument builds a new encoder per call, a
 #: cost paid per test (a partial-log line) and per receipt item.
-_LINE = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(",", ":"))
 _ITEM = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(", ", ": "))
 
 
@@ -80,21 +79,25 @@ def _c_encoder(encoder: json.JSONEncoder) -> Callable[[Any], str]:
     return encode
 
 
-_encode_line = _c_encoder(_LINE)
 #: ``obj`` as :func:`dump_json` writes an item of a receipt's one-line lists: strict JSON on one line
 #: (raises ValueError on a NaN or infinity).
 encode_item = _c_encoder(_ITEM)
 
 
-def dump_json(obj: Any) -> bytes:
+def dump_json(obj: Any, encoded: Mapping[str, Sequence[str | None]] | None = None) -> bytes:
     """Strict JSON (no NaN), UTF-8, two-space indent.
 
     The items of a receipt's ``tests`` and ``not_run`` lists are written one compact line each:
     readable for thousands of tests, and json's C encoder (used only without ``indent``) writes them
     about ten times faster than the indented pure-Python one.
 
+    Args:
+        encoded: for a one-line list, its items' text already made by :func:`encode_item` (None for an
+            item to encode here), one per item: the test records the partial log wrote are not encoded twice.
+
     Raises:
-        ValueError: a NaN or infinity anywhere in ``obj``.
+        ValueError: a NaN or infinity anywhere in ``obj``; ``encoded`` with another count of texts than
+            its list has items.
     """
     def dumps(value: Any, indent: int | None) -> str:
         if indent is None:
@@ -106,7 +109,9 @@ def dump_json(obj: Any) -> bytes:
     parts = []
     for key, value in obj.items():
         if key in ONE_LINE_ITEMS and isinstance(value, list) and value:
-            text = "[\n    " + ",\n    ".join(dumps(item, None) for item in value) + "\n  ]"
+            given = (encoded or {}).get(key) or [None] * len(value)
+            items = (text or encode_item(item) for item, text in zip(value, given, strict=True))
+            text = "[\n    " + ",\n    ".join(items) + "\n  ]"
         else:  # strings hold no raw newline in JSON, so re-indenting by lines is safe
             text = dumps(value, 2).replace("\n", "\n  ")
         parts.append(f"  {dumps(str(key), None)}: {text}")
@@ -129,7 +134,17 @@ class PartialLog:
             raise ReceiptError(f"{path}: cannot be created: {exc.strerror or exc}") from exc
 
     def write(self, obj: Mapping[str, Any]) -> None:
-        self._fh.write((_encode_line(obj) + "\n").encode("utf-8"))
+        """One line: ``obj`` as :func:`encode_item` writes it (raises ValueError on a NaN or infinity)."""
+        self._fh.write((encode_item(obj) + "\n").encode("utf-8"))
+
+    def write_test(self, record: Mapping[str, Any]) -> str:
+        """A finished test's line, ``{"event": "test", ...record}`` (``record``: a test record's fields,
+        never empty); returns ``record``'s text as
+        :func:`encode_item` makes it, for the receipt to reuse (the line is that text with the event key
+        put first). Raises ValueError on a NaN or infinity."""
+        text = encode_item(record)
+        self._fh.write(('{"event": "test", ' + text[1:] + "\n").encode("utf-8"))
+        return text
 
     def close(self, sync: bool = True) -> None:
         """Close the log, fsynced first with ``sync``."""

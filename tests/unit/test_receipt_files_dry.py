@@ -51,11 +51,21 @@ def test_partial_test_line_reads_back_as_its_record(tmp_path: Path) -> None:
     path = tmp_path / "run.partial.jsonl"
     log = PartialLog(path)
     log.write({"event": "start", "run_id": "ab"})
-    for r in RECORDS:
-        log.write({"event": "test", **r.to_json()})
+    texts = [log.write_test(r.to_json()) for r in RECORDS]
     log.close(sync=False)
     # split on newlines only, as the reader does: str.splitlines would also split at the U+2028 in the data
     lines = path.read_text(encoding="utf-8").split("\n")
-    assert lines[1:] == [json.dumps({"event": "test", **r.to_json()}, ensure_ascii=False, separators=(",", ":"))
-                         for r in RECORDS] + [""]
+    assert lines == [json.dumps(line, ensure_ascii=False, separators=(", ", ": ")) for line in
+                     [{"event": "start", "run_id": "ab"}, *({"event": "test", **r.to_json()} for r in RECORDS)]] + [""]
+    assert texts == [encode_item(r.to_json()) for r in RECORDS]
     assert load_records(path) == {r.nodeid: r for r in RECORDS}
+
+
+def test_a_receipt_reuses_the_texts_given_for_its_items() -> None:
+    """The tests list takes the partial log's text where given and encodes the rest; a count that does
+    not match the items is refused, not silently misaligned."""
+    tests = [r.to_json() for r in RECORDS]
+    given = dump_json({"tests": tests}, {"tests": ['{"reused": 1}', None]}).decode()
+    assert '    {"reused": 1},\n    ' + encode_item(tests[1]) + "\n  ]" in given
+    with pytest.raises(ValueError, match="shorter|longer"):
+        dump_json({"tests": tests}, {"tests": [None]})
