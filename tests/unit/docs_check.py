@@ -13,6 +13,7 @@ are not judged. A word whose first segment is a top-level entry is a path that m
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import re
 import shlex
@@ -23,7 +24,6 @@ from typing import Any, Iterator
 from unittest.mock import MagicMock
 
 import pytest
-from source_trees import tree_of
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Folders a run or a project creates (receipts, a project's pins and records, the venv): a path under
@@ -227,6 +227,11 @@ def _defined(tree: ast.Module | ast.ClassDef) -> dict[str, ast.AST]:
     return names
 
 
+@functools.cache
+def _module_tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
 def module_problem(dotted: str, root: Path = ROOT) -> str | None:
     """Why ``dotted`` (``oracles.checks.port.MAX_NMSE``) names nothing in the tree, or None."""
     parts = dotted.split(".")
@@ -240,7 +245,7 @@ def module_problem(dotted: str, root: Path = ROOT) -> str | None:
     rest = parts[i:]
     if not rest:
         return None
-    scope: ast.Module | ast.ClassDef = tree_of(source)
+    scope: ast.Module | ast.ClassDef = _module_tree(source)
     for depth, name in enumerate(rest[:2]):
         node = _defined(scope).get(name)
         if node is None:

@@ -18,7 +18,6 @@ import ast
 from pathlib import Path
 
 import pytest
-from source_trees import tree_of
 
 pytestmark = pytest.mark.dry
 
@@ -71,7 +70,7 @@ def import_statements(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
 def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
     """The modules among ``known`` that ``path`` (module ``name``) imports, by any import statement."""
     out: set[str] = set()
-    for node in import_statements(tree_of(path)):
+    for node in import_statements(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             out.update(m for alias in node.names if (m := _known(alias.name, known)))
         elif isinstance(node, ast.ImportFrom):

@@ -30,13 +30,12 @@ TEXT = "abcdefghijklmnopqrstuvwxyz0123456789ABCD"  # 40 bytes
 
 
 class SmolTokenizer:
-    """SmolLM2's committed tokenizer.json through the ``tokenizers`` library (no transformers), parsed once
-    per process (the pins' tokenizer cache: the dry suite's other SmolLM2 tests share the parse)."""
+    """SmolLM2's committed tokenizer.json through the ``tokenizers`` library (no transformers)."""
 
     def __init__(self) -> None:
-        from oracles.pins.tokenizer import parsed_tokenizer
+        from tokenizers import Tokenizer
 
-        self.tok = parsed_tokenizer((SMOL / "tokenizer.json").read_bytes())
+        self.tok = Tokenizer.from_file(str(SMOL / "tokenizer.json"))
 
     def encode(self, text: str, *, add_special_tokens: bool) -> list[int]:
         return list(self.tok.encode(text, add_special_tokens=add_special_tokens).ids)
