@@ -4,11 +4,17 @@ too. pytest refuses ``pytest_plugins`` in a non-root conftest, hence here."""
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 import pytest
 
 pytest_plugins = ["pytester"]
+#: The garbage collector's first threshold in this repository's sessions (CPython's default is 700 new container
+#: objects). A session keeps its modules, items and fixtures alive to the end, and every full collection walked
+#: them again: the dry smoke spent 0.86 s of its ~7.5 s in 2,655 collections, 0.19 s in 59 with this threshold
+#: and the collected session frozen (below). Young garbage is still collected every 100,000 allocations.
+GC_FIRST_THRESHOLD = 100_000
 #: How this repository's test files mark a dry test (``pytest.mark.dry``, as ``pytestmark`` or a decorator).
 DRY_MARK = "mark.dry"
 
@@ -22,3 +28,15 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
             and collection_path.name.startswith("test_") and DRY_MARK not in collection_path.read_text("utf-8")):
         return True
     return None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Collect garbage less often in this repository's sessions (:data:`GC_FIRST_THRESHOLD`)."""
+    gc.set_threshold(GC_FIRST_THRESHOLD, *gc.get_threshold()[1:])
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """What collection made (modules, items, their marks) lives to the session's end: freeze it out of the
+    collector's walks. Reference counting still frees any of it that is dropped."""
+    gc.freeze()

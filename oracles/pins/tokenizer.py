@@ -35,7 +35,7 @@ class LightTokenizer:
             if not (self.root / name).is_file():
                 raise FixtureError(f"{self.root / name}: missing; the dry tokenizer of pin {self.root.name!r} "
                                    f"needs a copy of the snapshot's tokenizer files in {self.root}")
-        self.tokenizer = _parsed((self.root / "tokenizer.json").read_bytes())
+        self.tokenizer = parsed_tokenizer((self.root / "tokenizer.json").read_bytes())
         self.config: dict[str, Any] = json.loads((self.root / "tokenizer_config.json").read_text())
         template = self.root / "chat_template.jinja"
         self.template = template.read_text() if template.is_file() else self.config.get("chat_template")
@@ -84,7 +84,8 @@ class LightTokenizer:
 _PARSED: dict[str, Any] = {}
 
 
-def _parsed(data: bytes) -> Any:
+def parsed_tokenizer(data: bytes) -> Any:
+    """The ``tokenizers.Tokenizer`` of a tokenizer.json's bytes, parsed once per process per content."""
     from tokenizers import Tokenizer
 
     key = hashlib.sha256(data).hexdigest()

@@ -30,12 +30,13 @@ TEXT = "abcdefghijklmnopqrstuvwxyz0123456789ABCD"  # 40 bytes
 
 
 class SmolTokenizer:
-    """SmolLM2's committed tokenizer.json through the ``tokenizers`` library (no transformers)."""
+    """SmolLM2's committed tokenizer.json through the ``tokenizers`` library (no transformers), parsed once
+    per process (the pins' tokenizer cache: the dry suite's other SmolLM2 tests share the parse)."""
 
     def __init__(self) -> None:
-        from tokenizers import Tokenizer
+        from oracles.pins.tokenizer import parsed_tokenizer
 
-        self.tok = Tokenizer.from_file(str(SMOL / "tokenizer.json"))
+        self.tok = parsed_tokenizer((SMOL / "tokenizer.json").read_bytes())
 
     def encode(self, text: str, *, add_special_tokens: bool) -> list[int]:
         return list(self.tok.encode(text, add_special_tokens=add_special_tokens).ids)
