@@ -24,10 +24,12 @@ CHROMIUM := /usr/bin/chromium
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
 # The checkout's modules compiled once, as pip compiles an installed package: with PYTHONDONTWRITEBYTECODE set
-# (as on this project's machines) Python never caches them, and every run compiled all of them again. A module
-# edited later is compiled in memory again until the next setup; its stale file is never used.
+# (as on this project's machines) Python never caches them, and every run compiled all of them again; and the
+# dry tests as pytest compiles them (asserts rewritten), which it caches only where bytecode may be written. A
+# file edited later is compiled in memory again until the next setup; its stale cache is never used.
 setup: $(VENV)/.installed $(CHROMIUM)
 	$(BIN)/python -m compileall -q oracles tests bench conftest.py
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -m dry --collect-only -q > /dev/null
 
 $(CHROMIUM):
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium || \

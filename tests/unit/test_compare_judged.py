@@ -26,8 +26,6 @@ from oracles.checks.judgment import BAND_RATIO
 from oracles.checks.tolerance import FLOAT32
 from oracles.pins.pin import Pin, PinStore
 
-pytestmark = [pytest.mark.dry]
-
 Cli = Callable[..., tuple[int, str, str]]
 TOKENS = [5, 6, 2]
 BF16, Q4, Q4_DEQUANT = "art-bf16", "art-q4", "art-q4-dequant"
@@ -109,6 +107,7 @@ def _compare(cli: Cli, folder: Path, ref: Path, port: Path, ref_pin: str, port_p
     return status, text, err, json.loads(out.read_text()) if out.exists() else None
 
 
+@pytest.mark.dry
 @pytest.mark.parametrize(("offset", "status"), [(1e-4, 0), (1e-2, 1)])
 def test_exact_artifact_pair_is_held_to_float32(pins: Path, oracles_cli: Cli, offset: float, status: int) -> None:
     """A 4-bit artifact against the snapshot dequantized from it: FLOAT32 (max |Δlogit| 5e-3), so a
@@ -124,6 +123,7 @@ def test_exact_artifact_pair_is_held_to_float32(pins: Path, oracles_cli: Cli, of
         assert f"max |Δlogit| 1.000e-02 > {FLOAT32.max_abs_logit:g}" in result["rows"][0]["failures"][0]
 
 
+@pytest.mark.dry
 @pytest.mark.parametrize(("times", "status"), [(2, 0), (4, 1)])
 def test_band_pair_is_held_to_the_band(pins: Path, oracles_cli: Cli, times: int, status: int) -> None:
     """A bfloat16 artifact against its float32 original: each unit's bound is BAND_RATIO (3) times the
@@ -150,6 +150,7 @@ def test_band_pair_is_held_to_the_band(pins: Path, oracles_cli: Cli, times: int,
         assert row["failures"] == [] and row["first_divergent_token"] == 1
 
 
+@pytest.mark.dry
 def test_band_pair_without_band_units_is_refused(pins: Path, oracles_cli: Cli) -> None:
     base = _rows()
     ref = write(pins / "a", "ref", [decode("torch", base, TOKENS)])
@@ -161,6 +162,7 @@ def test_band_pair_without_band_units_is_refused(pins: Path, oracles_cli: Cli) -
                    f"the port tests with --port-pin {PIN}={BF16}, which attach them, and compare that receipt\n")
 
 
+@pytest.mark.dry
 def test_quantized_artifact_against_the_float32_original_is_refused_or_graded(pins: Path, oracles_cli: Cli) -> None:
     """4-bit weights against a reference that does not hold them: refused with judgment_of's line; with
     --graded, the figures are printed and recorded as graded, and the exit status is 0 though they are
@@ -184,6 +186,7 @@ def test_quantized_artifact_against_the_float32_original_is_refused_or_graded(pi
     assert result["figures"]["recorded_only"] == 0
 
 
+@pytest.mark.dry
 def test_a_pin_not_in_the_store(pins: Path, oracles_cli: Cli) -> None:
     """Another machine's pin: exact when both sides are that pin; across pins refused, naming the pin and
     the folders searched."""
@@ -202,6 +205,7 @@ def test_a_pin_not_in_the_store(pins: Path, oracles_cli: Cli) -> None:
                    "file)\n")
 
 
+@pytest.mark.dry
 def test_a_band_engine_is_never_the_default_port(pins: Path, oracles_cli: Cli) -> None:
     """Pin by pin, the band engine's units beside the reference's and the port's are not a second port."""
     base = _rows()
@@ -213,7 +217,8 @@ def test_a_band_engine_is_never_the_default_port(pins: Path, oracles_cli: Cli) -
 
 
 def test_compare_imports_no_torch(pins: Path, tmp_path: Path) -> None:
-    """A band comparison, in a fresh interpreter, loads neither torch nor mlx."""
+    """A band comparison, in a fresh interpreter, loads neither torch nor mlx. Not dry: it starts the
+    interpreter (~0.2 s)."""
     base = _rows()
     ref = write(pins / "a", "ref", [decode("torch", base, TOKENS), decode("torch@bfloat16", base, TOKENS)])
     port = write(pins / "b", "port", [decode("mlx", base, TOKENS, pin=BF16)])

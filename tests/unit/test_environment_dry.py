@@ -12,9 +12,8 @@ import pytest
 
 from oracles.receipts.environment import VERSIONED, cpu_model, environment, git_state, installed_versions
 
-pytestmark = pytest.mark.dry
 
-
+@pytest.mark.dry
 def test_versions_equal_importlib_metadata() -> None:
     names = [*VERSIONED[1:], "no-such-distribution-here"]
     got = installed_versions(names)
@@ -30,6 +29,7 @@ def test_versions_equal_importlib_metadata() -> None:
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="no git on PATH")
 def test_git_state_commit_and_tracked_changes_only(tmp_path: Path) -> None:
+    """The commit of a repository and whether a tracked file changed; nothing outside one. Not dry: it runs git."""
     assert git_state(tmp_path) == (None, None), "outside a repository"
     git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
     subprocess.run([*git, "init", "-q"], check=True)
@@ -44,6 +44,7 @@ def test_git_state_commit_and_tracked_changes_only(tmp_path: Path) -> None:
     assert git_state(tmp_path / ".") == (head, True)
 
 
+@pytest.mark.dry
 @pytest.mark.skipif(not Path("/proc/cpuinfo").is_file(), reason="no /proc/cpuinfo")
 def test_processor_is_the_model_name_read_without_a_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Outside a repository the environment starts no process (``platform.processor()`` runs ``uname -p``

@@ -20,8 +20,6 @@ from oracles.errors import PinError
 from oracles.pins.executorch import CONVERTER_PACKAGES, OPTIONS, RUNTIME, options_of
 from oracles.pins.pin import load_pin
 
-pytestmark = pytest.mark.dry
-
 PINS = ("smollm2-draft-twin-executorch", "smollm2-draft-twin-executorch-8da4w", "smollm2-draft-twin-executorch-8w")
 CONFIG = {"vocab_size": 49152, "hidden_size": 64, "num_hidden_layers": 2}
 
@@ -88,6 +86,7 @@ def facts(**changes: Any) -> PteFacts:
     return PteFacts(**{**base, **changes})
 
 
+@pytest.mark.dry
 def test_registered_and_refuses_pins_without_a_pte() -> None:
     assert BUILTIN["executorch"] == "oracles.engines.executorch.engine:ExecuTorchPort"
     assert Registry().engine_class("executorch") is ExecuTorchPort
@@ -96,6 +95,7 @@ def test_registered_and_refuses_pins_without_a_pte() -> None:
         assert pte_of(load_pin(name)) == "model.pte" and ExecuTorchPort.unsupported_pin(load_pin(name)) is None
 
 
+@pytest.mark.dry
 def test_reads_a_program_written_here(tmp_path: Path) -> None:
     """Methods, constants and the forward's shapes come back as written (a positive control of the reader)."""
     path = tmp_path / "model.pte"
@@ -109,6 +109,7 @@ def test_reads_a_program_written_here(tmp_path: Path) -> None:
     assert pte_pin_facts(path)["hidden_output"] == 64 and pte_pin_facts(path)["max_seq_len"] == 512
 
 
+@pytest.mark.dry
 def test_bad_programs_are_one_line_each(tmp_path: Path) -> None:
     whole = program({"forward": "forward", "get_vocab_size": 49152, "get_max_seq_len": 512})
     cut = tmp_path / "cut.pte"
@@ -138,6 +139,7 @@ def test_bad_programs_are_one_line_each(tmp_path: Path) -> None:
     assert check_pte(facts(outputs=(TensorFacts("float32", (1, 511, 49152)),)), CONFIG, 49152) == (49152, 0)
 
 
+@pytest.mark.dry
 def test_pins_and_recipes() -> None:
     for name in PINS:
         pin = load_pin(name)
@@ -152,6 +154,7 @@ def test_pins_and_recipes() -> None:
     assert load_pin(PINS[1]).reference is None  # no dequantized reference exists: graded against float32
 
 
+@pytest.mark.dry
 def test_bad_recipe_is_one_line(tmp_path: Path) -> None:
     obj = json.loads(load_pin(PINS[0]).path.read_text())
     obj["recipe"]["arguments"]["qlinear"] = "3w"
@@ -164,7 +167,8 @@ def test_bad_recipe_is_one_line(tmp_path: Path) -> None:
 def test_one_converter_process_answers_each_job_in_order(tmp_path: Path) -> None:
     """The converter serves its jobs in one process: a failed job is that job's one line and the same process
     answers the next; closed, it exits 0; a converter that died is one line too. (This environment's python
-    runs the script: a job with an option the export does not take fails before the exporter is imported.)"""
+    runs the script: a job with an option the export does not take fails before the exporter is imported.) Not
+    dry: it starts the converter."""
     from oracles.pins.executorch import Converter
 
     job = {"source": str(tmp_path), "out": str(tmp_path), "file": "model.pte", "options": {"recipe": "xnnpack", "nope": 1}}

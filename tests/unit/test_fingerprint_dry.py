@@ -103,11 +103,13 @@ def test_zero_dim_keeps_its_shape() -> None:
     assert fingerprint(np.float32(2.5)) == {"shape": [], "dtype": "<f4", "sha256": _sha([2.5])}
 
 
-def test_large_array_hashed_while_checked() -> None:
-    """Arrays of THREAD_MIN_BYTES and more take the threaded path: same digest, same refusal."""
-    from oracles.checks.fingerprint import THREAD_MIN_BYTES
+def test_large_array_hashed_while_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Arrays of THREAD_MIN_BYTES and more take the threaded path: same digest, same refusal. The threshold is
+    lowered to 4 KiB here so the path runs on a small array (at its 4 MiB this test took 76 ms of the dry smoke)."""
+    from oracles.checks import fingerprint as module
 
-    a = np.arange(THREAD_MIN_BYTES // 4 + 8, dtype=np.float32).reshape(-1, 8) / 16
+    monkeypatch.setattr(module, "THREAD_MIN_BYTES", 4096)
+    a = np.arange(module.THREAD_MIN_BYTES // 4 + 8, dtype=np.float32).reshape(-1, 8) / 16
     assert fingerprint(a)["sha256"] == hashlib.sha256(a.astype("<f4").tobytes()).hexdigest()
     assert row_fingerprints(a)[-1] == _sha(a[-1].tolist())
     a[-1, 3] = np.nan

@@ -6,9 +6,8 @@ import pytest
 
 from oracles.families.port_scope import PortScope
 
-pytestmark = pytest.mark.dry
 
-
+@pytest.mark.dry
 def test_sample_all_and_a_token_limit() -> None:
     sample, every, upto = PortScope.parse("sample"), PortScope.parse("all"), PortScope.parse("512")
     assert sample.selects(80, sample_tokens=80) and not sample.selects(81, sample_tokens=80)
@@ -18,6 +17,7 @@ def test_sample_all_and_a_token_limit() -> None:
     assert "'town_almanac_4k'" in reason and "--port-records 512" in reason and "2428" in reason
 
 
+@pytest.mark.dry
 @pytest.mark.parametrize("raw", ["", "0", "-5", "some", "1e3"])
 def test_bad_values_are_refused(raw: str) -> None:
     with pytest.raises(ValueError, match=f"--port-records {raw!r}: expected 'sample', 'all' or a positive number"):
@@ -25,6 +25,7 @@ def test_bad_values_are_refused(raw: str) -> None:
 
 
 def test_the_option_refuses_a_bad_value(pytester: pytest.Pytester) -> None:
+    """``--port-records`` with a value it does not take is a usage error naming it. Not dry: an inner pytest session."""
     pytester.makepyfile("def test_a():\n    pass\n")
     result = pytester.runpytest("--port-records", "lots", "--no-receipt")
     assert result.ret == pytest.ExitCode.USAGE_ERROR

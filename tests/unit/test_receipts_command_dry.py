@@ -12,8 +12,6 @@ import pytest
 from oracles.cli import main
 from oracles.receipts.table import SCHEMA_VERSION
 
-pytestmark = pytest.mark.dry
-
 
 def _receipt(folder: Path, stem: str, ok: bool, schema: int = SCHEMA_VERSION) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
@@ -27,6 +25,7 @@ def _receipt(folder: Path, stem: str, ok: bool, schema: int = SCHEMA_VERSION) ->
     return path
 
 
+@pytest.mark.dry
 def test_print_one_receipt(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = _receipt(tmp_path, "20261130T010203Z-0123abcd", ok=False)
     assert main(["receipts", str(path)]) == 1
@@ -35,6 +34,7 @@ def test_print_one_receipt(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert out[-1] == "all_ok: False" and any(line.startswith("test_a") and line.endswith("q") for line in out)
 
 
+@pytest.mark.dry
 def test_print_names_an_engine_that_ran_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = _receipt(tmp_path, "20261130T010203Z-0123abcd", ok=False)
     receipt = json.loads(path.read_text())
@@ -46,6 +46,7 @@ def test_print_names_an_engine_that_ran_nothing(tmp_path: Path, capsys: pytest.C
     assert "engine facts-only ran no check: 8 tests on pin p" in out and "unsupported: facts-only cannot decode" in out
 
 
+@pytest.mark.dry
 def test_latest_ignores_summaries_and_comparisons(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _receipt(tmp_path / "oracle", "20261130T010203Z-0123abcd", ok=False)
     newest = _receipt(tmp_path / "oracle", "20261130T020000Z-89abcdef", ok=True)
@@ -65,6 +66,7 @@ def test_latest_ignores_summaries_and_comparisons(tmp_path: Path, capsys: pytest
     (f'{{"schema_version": {SCHEMA_VERSION}}}', ": not a receipt: field 'checks' is missing or not a dict"),
     ("[1]", ": not a receipt: a JSON list, not an object"),
 ])
+@pytest.mark.dry
 def test_bad_receipt_is_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str,
                                        message: str) -> None:
     path = tmp_path / "r.json"
@@ -75,6 +77,7 @@ def test_bad_receipt_is_one_line_error(tmp_path: Path, capsys: pytest.CaptureFix
     assert err.count("\n") == 1, err
 
 
+@pytest.mark.dry
 def test_empty_folder_says_no_receipt_found_in_both_forms(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Listing an empty folder and --latest on it say the same thing, with the same exit status."""
     (tmp_path / "compare").mkdir()
@@ -85,6 +88,7 @@ def test_empty_folder_says_no_receipt_found_in_both_forms(tmp_path: Path, capsys
         assert captured.err == f"oracles receipts: error: no receipt found under {tmp_path}\n" and captured.out == ""
 
 
+@pytest.mark.dry
 def test_listing_marks_a_truncated_receipt_and_goes_on(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """One truncated receipt is one line naming it and the error; the others are listed; exit 2 at the end."""
     first = _receipt(tmp_path, "20261130T010203Z-0123abcd", ok=True)
@@ -99,6 +103,7 @@ def test_listing_marks_a_truncated_receipt_and_goes_on(tmp_path: Path, capsys: p
     assert captured.err == f"oracles receipts: error: {tmp_path}: 1 of 3 receipts unreadable (marked above)\n"
 
 
+@pytest.mark.dry
 @pytest.mark.parametrize("schema", [SCHEMA_VERSION + 1, 1])
 def test_another_schema_is_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], schema: int) -> None:
     """The README says a reader refuses another schema: printing one names the file, the field and both versions."""
@@ -111,6 +116,7 @@ def test_another_schema_is_refused_in_one_line(tmp_path: Path, capsys: pytest.Ca
                                 f"{SCHEMA_VERSION}: a receipt of another schema, which this plugin does not read\n")
 
 
+@pytest.mark.dry
 def test_receipt_without_schema_version_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = _receipt(tmp_path, "20261130T010203Z-0123abcd", ok=True)
     doc = json.loads(path.read_text())
@@ -120,6 +126,7 @@ def test_receipt_without_schema_version_is_refused(tmp_path: Path, capsys: pytes
     assert f"{path}: field 'schema_version' is missing, not {SCHEMA_VERSION}: " in capsys.readouterr().err
 
 
+@pytest.mark.dry
 def test_listing_marks_another_schema_and_goes_on(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A receipt of another schema in a folder is marked like a truncated one; the others are listed; exit 2."""
     first = _receipt(tmp_path, "20261130T010203Z-0123abcd", ok=True)
@@ -135,6 +142,7 @@ def test_listing_marks_another_schema_and_goes_on(tmp_path: Path, capsys: pytest
     assert captured.err == f"oracles receipts: error: {tmp_path}: 1 of 3 receipts unreadable (marked above)\n"
 
 
+@pytest.mark.dry
 def test_engines_line_names_the_pin(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A draft twin loaded on the same worker is a second pin, not a double load: the pin is shown."""
     path = _receipt(tmp_path, "20261130T010203Z-0123abcd", ok=True)
@@ -147,6 +155,7 @@ def test_engines_line_names_the_pin(tmp_path: Path, capsys: pytest.CaptureFixtur
                                                       "mlx/smollm2-draft-twin@gw0 loads=1; not run: 0")
 
 
+@pytest.mark.dry
 def test_npz_sidecar_is_a_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """An npz (binary, not UTF-8) given where the receipt JSON belongs: one line naming it, exit 2."""
     path = tmp_path / "20261130T010203Z-0123abcd.npz"
@@ -157,6 +166,7 @@ def test_npz_sidecar_is_a_one_line_error(tmp_path: Path, capsys: pytest.CaptureF
     assert err.count("\n") == 1
 
 
+@pytest.mark.dry
 def test_malformed_checks_row_is_a_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = _receipt(tmp_path, "20261130T010203Z-0123abcd", ok=True)
     doc = json.loads(path.read_text())
@@ -170,7 +180,7 @@ def test_malformed_checks_row_is_a_one_line_error(tmp_path: Path, capsys: pytest
 def test_closed_pipe_exits_quietly(tmp_path: Path) -> None:
     """``oracles receipts --latest DIR | head -1``: the reader closes the pipe early; no traceback, no
     "Exception ignored" at exit, status 141 (128 + SIGPIPE). The checks table is ~1 MB, far more than
-    a pipe buffer (64 KiB on Linux), so the write after the close must fail."""
+    a pipe buffer (64 KiB on Linux), so the write after the close must fail. Not dry: it starts the command."""
     path = _receipt(tmp_path, "20261130T010203Z-0123abcd", ok=True)
     doc = json.loads(path.read_text())
     doc["checks"] = {f"test_{i:05d}_{'x' * 60}": {"family": "f", "ok": True, "passed": 1, "failed": [], "skipped": 0}

@@ -29,8 +29,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from cohort_fake import DryTokenizer, FakeEngine, fake_pin  # noqa: E402
 
-pytestmark = pytest.mark.dry
-
 TOKENIZER = Path(__file__).resolve().parents[2] / "oracles" / "builtin" / "tokenizers" / "smollm2-135m-instruct"
 
 
@@ -91,6 +89,7 @@ def _replay(folder: Path) -> Any:
     return recorded_class(f"recorded:{folder}")(Path("."), fake_pin("fake-pin"))
 
 
+@pytest.mark.dry
 def test_a_recording_replays_every_call_bit_for_bit(tmp_path: Path) -> None:
     live = _record(tmp_path / "rec")
     replayed = _replay(tmp_path / "rec")
@@ -102,6 +101,7 @@ def test_a_recording_replays_every_call_bit_for_bit(tmp_path: Path) -> None:
     assert report.failures == [] and len(contexts) == 1 and sum(counts.values()) == d["recorded"]["entries"]
 
 
+@pytest.mark.dry
 def test_a_call_not_recorded_fails_naming_it(tmp_path: Path) -> None:
     _record(tmp_path / "rec")
     e = _replay(tmp_path / "rec")
@@ -116,6 +116,7 @@ def test_a_call_not_recorded_fails_naming_it(tmp_path: Path) -> None:
         e.forward([5], c)
 
 
+@pytest.mark.dry
 def test_a_cache_is_named_by_the_calls_that_made_it(tmp_path: Path) -> None:
     """Two caches made by the same calls are one lineage; a trim, a snapshot, a restore each rename."""
     recording_class(Fake, tmp_path / "rec")  # no call: nothing written
@@ -139,6 +140,7 @@ def _entry(folder: Path, call: str) -> Path:
     raise AssertionError(f"no {call} entry")
 
 
+@pytest.mark.dry
 def test_an_altered_cut_or_misfiled_entry_is_named(tmp_path: Path) -> None:
     _record(tmp_path / "rec")
     path = _entry(tmp_path / "rec", "lm_head")
@@ -161,7 +163,8 @@ def test_an_altered_cut_or_misfiled_entry_is_named(tmp_path: Path) -> None:
 
 def test_two_writers_agree_and_a_different_answer_conflicts(tmp_path: Path) -> None:
     """Two processes recording the same calls into one store at once (xdist workers) write each entry once
-    and agree; an engine answering one request otherwise is a conflict naming the call and the file."""
+    and agree; an engine answering one request otherwise is a conflict naming the call and the file. Not dry:
+    it forks two processes."""
     ctx = multiprocessing.get_context("fork")
     with ctx.Pool(2) as pool:
         pool.map(_record, [tmp_path / "rec"] * 2)
@@ -172,6 +175,7 @@ def test_two_writers_agree_and_a_different_answer_conflicts(tmp_path: Path) -> N
         _record(tmp_path / "rec", Skewed)
 
 
+@pytest.mark.dry
 def test_the_layout_and_the_pin_digest_are_held(tmp_path: Path) -> None:
     _record(tmp_path / "rec")
     marker = tmp_path / "rec" / "store.json"
@@ -187,6 +191,7 @@ def test_the_layout_and_the_pin_digest_are_held(tmp_path: Path) -> None:
     assert "holds no store.json" in str(recorded_class(f"recorded:{tmp_path / 'none'}").unavailable_reason())
 
 
+@pytest.mark.dry
 def test_keys_are_rfc_8785() -> None:
     """RFC 8785 section 3.2.2.3's number samples and its section 3.2.4 example, byte for byte."""
     assert es_number(-0.0) == "0"
@@ -203,6 +208,7 @@ def test_keys_are_rfc_8785() -> None:
         jcs(float("nan"))
 
 
+@pytest.mark.dry
 def test_the_docs_worked_example_is_the_codes() -> None:
     """docs/recordings.md's worked example (a page a store's writer in another language checks against)."""
     from oracles.engines.recorded.keys import lineage_of, request_key
@@ -217,6 +223,7 @@ def test_the_docs_worked_example_is_the_codes() -> None:
         assert value in text, value
 
 
+@pytest.mark.dry
 def test_record_options_refuse_what_cannot_hold(tmp_path: Path) -> None:
     from oracles.engines.recorded.options import parse_records
     from oracles.errors import OracleError
@@ -234,7 +241,7 @@ def test_record_options_refuse_what_cannot_hold(tmp_path: Path) -> None:
 
 def test_a_session_refuses_a_recording_it_cannot_use(pytester: pytest.Pytester, tmp_path: Path) -> None:
     """At session start, one line naming the option: --record of an engine the session does not run, a
-    recorded reference whose store is missing, or lacks a pin --pin names."""
+    recorded reference whose store is missing, or lacks a pin --pin names. Not dry: three inner pytest sessions."""
     _record(tmp_path / "rec")
     pytester.makepyfile("def test_x():\n    pass\n")
     for args, message in ((["--record", "mlx=rec", "--port", "none"], "--record 'mlx=rec': this run does not run "

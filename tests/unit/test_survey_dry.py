@@ -18,8 +18,6 @@ from oracles.families import BY_NAME, DEFAULT_PIN, family_of
 from oracles.families.port_scope import PortScope
 from oracles.plugin.settings import Settings
 
-pytestmark = pytest.mark.dry
-
 TEXT_PIN, VISION_PIN = "smollm2-hybrid-twin", "qwen35-vl-twin"
 
 
@@ -27,6 +25,7 @@ def _settings(pins: list[str]) -> Settings:
     return Settings(enabled=True, reference="torch", ports=(), pins=tuple(pins), port_scope=PortScope.parse("sample"))
 
 
+@pytest.mark.dry
 def test_survey_test_belongs_to_the_text_survey_family() -> None:
     """The survey test carries clef (so ``-m clef`` runs it) and survey; it is attributed to survey,
     whose pins are text pins. Control: clef alone is the vision family."""
@@ -34,6 +33,7 @@ def test_survey_test_belongs_to_the_text_survey_family() -> None:
     assert family_of({"clef"}) is BY_NAME["clef"] and BY_NAME["clef"].modality == "vision"
 
 
+@pytest.mark.dry
 def test_survey_pins_are_the_pin_selection_or_smollm2() -> None:
     """``--pin`` selects the surveyed text pins (a vision pin is left out, saying why); without it,
     SmolLM2 alone (what ``make test`` has always surveyed)."""
@@ -47,7 +47,8 @@ def test_survey_pins_are_the_pin_selection_or_smollm2() -> None:
 
 
 def test_survey_test_ids_carry_the_selected_pin(pytester: pytest.Pytester) -> None:
-    """Collected through the plugin: one ``test_text_absmax`` per (pin, run), the vision pin left out."""
+    """Collected through the plugin: one ``test_text_absmax`` per (pin, run), the vision pin left out. Not dry:
+    an inner pytest session."""
     result = pytester.runpytest("--pyargs", "oracles.suite.test_clef_survey", "--collect-only", "-q", "-o",
                                 "oracles=true", "--no-receipt", "-p", "no:cacheprovider", "--pin",
                                 f"{TEXT_PIN},{VISION_PIN}")
@@ -64,6 +65,7 @@ def record(pin: str, run: str, top: float) -> dict[str, Any]:
                      "layer_input": stats, "final_norm": stats, "mlp_down_in": None}}
 
 
+@pytest.mark.dry
 def test_survey_writes_one_survey_per_pin(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """Two pins in one receipt: each gets its own JSON named by it, holding only its runs (without matplotlib:
@@ -84,6 +86,7 @@ def test_survey_writes_one_survey_per_pin(tmp_path: Path, capsys: pytest.Capture
     assert "mymodel/torch: 2 runs; residual max 8" in out and f"{DEFAULT_PIN}/torch: 1 runs" in out, out
 
 
+@pytest.mark.dry
 def test_survey_without_matplotlib_writes_the_json_and_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     """No matplotlib (an install without the plots, torch or dev extra): each pin's JSON and table, no PNG,
@@ -99,6 +102,7 @@ def test_survey_without_matplotlib_writes_the_json_and_says_so(tmp_path: Path, m
     assert "mymodel/torch: 1 runs" in out and "plot:" not in out, out
 
 
+@pytest.mark.dry
 def test_survey_refuses_a_pin_that_is_not_a_file_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The pin names output files: a receipt's ``../x`` is refused naming record and field; nothing written."""
     path = tmp_path / "r.json"
@@ -109,6 +113,7 @@ def test_survey_refuses_a_pin_that_is_not_a_file_name(tmp_path: Path, capsys: py
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["r.json"]
 
 
+@pytest.mark.dry
 def test_survey_with_no_absmax_record_names_the_family_to_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "r.json"
     path.write_text(json.dumps({"tests": [{"nodeid": "x::t", "outcome": "passed", "data": {}}]}))

@@ -1,6 +1,6 @@
-"""ruff holds the package, its tests and benches to pyproject's ``[tool.ruff]`` on every run (~0.1 s:
-ruff is compiled); mypy over the same files takes ~30 s here, so it runs by hand with ruff as
-``make lint`` (pyproject's ``[tool.mypy]``), not by CI."""
+"""ruff holds the package, its tests and benches to pyproject's ``[tool.ruff]`` in every full pytest run, with a
+positive control; ``make lint`` (part of ``make test``) runs it with mypy (pyproject's ``[tool.mypy]``). Not in
+the dry smoke: each test starts ruff."""
 
 from __future__ import annotations
 
@@ -9,8 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
-pytestmark = pytest.mark.dry
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECKED = ("oracles", "tests", "bench", "conftest.py")

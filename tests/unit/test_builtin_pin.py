@@ -1,12 +1,11 @@
 """A module marked ``builtin_pin(NAME)`` (a built-in pin's own system: d1 System One, MTP drafting,
 DeepSeek-V4's port) runs on that pin: ``--pin`` naming other pins deselects it, as it leaves out every
-family's default pins; naming it, or no ``--pin``, keeps it. Collection only: no engine is built."""
+family's default pins; naming it, or no ``--pin``, keeps it. Collection only: no engine is built. Not in the
+dry smoke: each test runs inner pytest sessions (~50 ms apiece)."""
 
 from __future__ import annotations
 
 import pytest
-
-pytestmark = pytest.mark.dry
 
 MODULE = """
 import pytest
