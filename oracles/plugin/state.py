@@ -245,18 +245,14 @@ class RunState:
         assert self.folder is not None
         path = self.folder / f"{self.stem}.json"
         try:
-            encoded = {"tests": [self._encoded(t["nodeid"]) for t in receipt.tests]}
+            # a record made at the end (not_run) has no partial-log text; on_report sets both at once
+            encoded = {"tests": [self.encoded.get(t["nodeid"]) for t in receipt.tests]}
             write_exclusive(path, dump_json(receipt.to_json(), encoded))
         except OracleError:
             self.drop_arrays(receipt.arrays)
             raise
         self.receipt_path, self.receipt = path, receipt
         return path
-
-    def _encoded(self, nodeid: str) -> str | None:
-        """The text the partial log wrote for this test's record (None: a record made at the end, not_run).
-        Only :meth:`on_report` sets a record that has a line, and it sets both at once."""
-        return self.encoded.get(nodeid)
 
     def drop_arrays(self, name: str | None) -> None:
         """Remove this run's sidecar ``name`` (pack_arrays creates it exclusively: it is ours), so no

@@ -138,10 +138,9 @@ class PartialLog:
         self._fh.write((encode_item(obj) + "\n").encode("utf-8"))
 
     def write_test(self, record: Mapping[str, Any]) -> str:
-        """A finished test's line, ``{"event": "test", ...record}`` (``record``: a test record's fields,
-        never empty); returns ``record``'s text as
-        :func:`encode_item` makes it, for the receipt to reuse (the line is that text with the event key
-        put first). Raises ValueError on a NaN or infinity."""
+        """A finished test's line, ``{"event": "test", ...record}`` (``record``: a test record's fields, never
+        empty); returns ``record``'s text as :func:`encode_item` makes it, for the receipt to reuse (the line
+        is that text with the event key put first). Raises ValueError on a NaN or infinity."""
         text = encode_item(record)
         self._fh.write(('{"event": "test", ' + text[1:] + "\n").encode("utf-8"))
         return text
