@@ -1,9 +1,10 @@
 """The npz sidecar of a run before and after logit coding: bytes, packing seconds, and compare's verdicts.
 
 Reads a schema-3 run's staged arrays (the ``.<stem>.arrays`` folder beside its ``.partial.jsonl``) or
-a schema-3 receipt with its npz, stages its unit logits again as this plugin's ``attach_unit`` would
-(its group; a sampled generation's first row), packs them both ways (``numpy.savez`` of float32, as
-schema 3 did, and :func:`oracles.receipts.logit_store.pack`), and prints bytes by kind and engine, the
+a receipt with its npz (a coded one's arrays as decoded, within their stated errors), stages its unit
+logits again as this plugin's ``attach_unit`` would (its group; a sampled generation's first row), packs
+them both ways (``numpy.savez`` of float32, as schema 3 did, and
+:func:`oracles.receipts.logit_store.pack`), and prints bytes by kind and engine, the
 seconds of each pack, and every matched unit pair's ``oracles compare`` verdict from float32 rows
 against the verdict from the coded rows (the same failures, or the pair is listed). ``--synthetic V``
 adds bytes per 1,000 stored positions for a normal(0, 3) reference and a port 1e-4 from it at
@@ -49,7 +50,8 @@ def _loader(path: Path) -> Any:
         folder = path.with_name("." + path.name.removesuffix(".partial.jsonl") + ".arrays")
         return lambda key: np.load(folder / f"{key}.npy")
     packed = np.load(path.with_suffix(".npz"))
-    return lambda key: packed[key]
+    store = LogitStore(packed)  # a coded receipt's arrays are read back at their stated error
+    return lambda key: packed[key] if key in packed.files else store.rows(key).values
 
 
 def stage(path: Path, staging: Path, d1_scope: bool = False) -> tuple[list[tuple[dict[str, Any], str]], int, int]:

@@ -6,18 +6,27 @@ A row ``x`` (float32, ``V`` logits) is stored as one of:
     the high 16 bits of each float32, when every low 16 bits are zero (a bfloat16 engine's logits
     cast to float32): lossless, error 0.
 ``u16``
-    ``code = rint((x - lo) / step)`` in ``0 .. 65535`` with ``lo = min(x)``, ``step = (max(x) - min(x)) /
-    65535`` per row, decoded as ``float32(lo + code * step)`` (float64 arithmetic). No clamp: the whole
-    row's range is coded, so the tail of a large vocabulary keeps its mass (a clamp 16 nats below the
-    maximum, as llama-perplexity's ``--kl-divergence-base`` file has, moves it: ik_llama.cpp#325). At
-    a row range of 60 logits the step is 9.2e-4, so the error is at most 4.6e-4 plus float32 rounding.
+    ``code = rint((x - lo) / step)`` in ``0 .. 65535`` with ``lo = min(x)`` per row, decoded as
+    ``float32(lo + code * step)`` (float64 arithmetic). The step is the coarsest the thresholds allow
+    (:data:`ABS_STEP`, or :data:`REL_STEP` times the rows' rms where that is finer), or the row's range
+    / 65535 where that is coarser still; the error is at most half of it plus float32 rounding. No clamp:
+    the whole row's range is coded, so the tail of a large vocabulary keeps its mass (a clamp 16 nats
+    below the maximum, as llama-perplexity's ``--kl-divergence-base`` file has, moves it: ik_llama.cpp#325).
 ``d16``
     a residual on another array of the same rows (a port's on the reference's): ``k = rint((x - b) /
     s)`` as int16, ``b`` the base's attached rows and ``s`` :data:`RESIDUAL_DIVISOR` times finer than
-    ``u16``'s step, decoded on the base's *decoded* rows as ``float32(b' + k * s)``: its error is the
-    base's plus ``s / 2``, and its difference from the decoded base is within ``s / 2`` of the attached
-    difference (:func:`encode`). Used where ``s`` is no coarser than ``u16``'s step; the codes are small
-    integers that deflate to about half a byte a logit where a port is close to the reference.
+    the row's range / 65535, decoded on the base's *decoded* rows as ``float32(b' + k * s)``: its error
+    is the base's plus ``s / 2``, and its difference from the decoded base is within ``s / 2`` of the
+    attached difference (:func:`encode`). Used where ``s`` is no coarser than the row's range / 65535;
+    the codes are small integers that deflate to about half a byte a logit where a port is close to the
+    reference.
+``r16``
+    rows of one sequence coded on each other: row 0 as ``u16``; each later row ``t`` a residual ``k =
+    rint((x_t - x'_{t-1}) / step_t)`` (int16) on the row before it as *decoded*, at the row's own ``u16``
+    step, decoded as ``float32(x'_{t-1} + k * step_t)``; so each row's error is ``u16``'s. Chosen over
+    ``u16`` for an array whose rows barely move from one to the next (a small model's decode steps:
+    the draft twin's 64 "arith" steps take 8.0 bits a logit where ``u16`` takes 13.0, entropy of the
+    byte planes), by the byte planes' order-0 entropy (:func:`plane_bits`), the figure deflate nears.
 
 The error is never assumed: :func:`encode` decodes the codes exactly as :func:`decode` does and states
 ``max |decoded - x|`` (float64) as :attr:`Coded.error`, the bound readers hold figures to
@@ -36,7 +45,7 @@ from typing import Any
 import numpy as np
 
 #: The codecs :func:`decode` reads.
-CODECS = ("bf16", "u16", "d16")
+CODECS = ("bf16", "u16", "d16", "r16")
 _LEVELS = 65535
 
 
@@ -124,6 +133,31 @@ def _affine(x2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return lo, (x2.max(-1).astype(np.float64) - lo) / _LEVELS
 
 
+#: The coarsest step an array's own code (``u16``, ``r16``) is given where its range allows, logit units:
+#: what keeps a comparison between two receipts decided, each bound within a quarter of
+#: :data:`oracles.checks.tolerance.FLOAT32`'s thresholds (the tightest a reader holds stored rows to). A
+#: reference and a port stored in two receipts at step ``s`` differ, stored, from their attached difference
+#: by at most ``g = s`` (two half steps; :func:`oracles.checks.stored_bounds.figure_bounds`), so max
+#: |Δlogit|'s bound is ``s`` wide, 5 % of 5e-3, and for a port equal to the reference the KL bound ``ea R
+#: + eb R / 2`` with ``R <= 4 g`` is ``3 s^2 = 1.9e-7``, 1.5 % of 1.25e-5. So fine a step keeps a verdict
+#: decided near a threshold too: a port at 1.26 times NMSE's (tests/unit/test_compare_clef_positions.py)
+#: fails decided at 2.5e-4, where at 5e-4 it is undecided. SmolLM2's rows (range ~40) span more than
+#: 65535 of these steps and keep their range / 65535; at 1e-3 make test's sidecar would be 0.9 MB smaller
+#: (bench/receipt_pack.py).
+ABS_STEP = 2.5e-4
+#: Per unit of the array's smallest row rms: ``sqrt(1e-6) / 2``, so a port equal to the reference, stored in
+#: another receipt, has an NMSE bound of ``(s / rms)^2`` (``g = s`` over the reference's norm), a quarter of
+#: FLOAT32's 1e-6. It binds where rows are small: 3.0 times the range / 65535 of the draft twin's (rms 0.16).
+REL_STEP = 1e-3 / 2
+
+
+def _needed(x2: np.ndarray, step: np.ndarray) -> np.ndarray:
+    """``step`` raised to the step the thresholds need (:data:`ABS_STEP`, :data:`REL_STEP`), never lowered:
+    a row spanning more than 65535 of them keeps its range / 65535."""
+    rms = float(np.sqrt(np.square(x2, dtype=np.float64).mean(-1)).min())
+    return np.maximum(step, min(ABS_STEP, REL_STEP * rms))
+
+
 def decode(codec: str, planes: np.ndarray, lo: np.ndarray, step: np.ndarray, shape: tuple[int, ...],
            base: np.ndarray | None = None) -> np.ndarray:
     """The float32 array (``shape``) a code stands for; ``base``: the decoded ``[R, V]`` float32 rows a
@@ -145,12 +179,52 @@ def decode(codec: str, planes: np.ndarray, lo: np.ndarray, step: np.ndarray, sha
         raise ValueError(f"row constants lo {list(lo.shape)} and step {list(step.shape)} are not [{rows}]")
     if codec == "u16":
         value = lo[:, None] + codes.astype(np.float64) * step[:, None]
+    elif codec == "r16":
+        return _chain(codes, lo, step).reshape(shape)
     else:
         if base is None or base.shape != (rows, shape[-1]):
             raise ValueError(f"a d16 code needs base rows [{rows}, {shape[-1]}], not "
                              f"{None if base is None else list(base.shape)}")
         value = base.astype(np.float64) + codes.view(np.int16).astype(np.float64) * step[:, None]
     return value.astype(np.float32).reshape(shape)
+
+
+def _chain(codes: np.ndarray, lo: np.ndarray, step: np.ndarray) -> np.ndarray:
+    """``r16``'s float32 rows from its uint16 codes ``[R, V]``: row 0 ``u16``, each later row on the one before."""
+    out = np.empty(codes.shape, np.float32)
+    if len(out):
+        out[0] = lo[0] + codes[0].astype(np.float64) * step[0]
+    k = codes.view(np.int16)
+    for t in range(1, len(out)):
+        out[t] = out[t - 1].astype(np.float64) + k[t].astype(np.float64) * step[t]
+    return out
+
+
+def plane_bits(planes: np.ndarray) -> float:
+    """The order-0 entropy of byte planes ``[2, R, V]`` uint8, bits a logit: each plane's bytes counted
+    alone, summed (what a Huffman code of each plane, as deflate's, comes near)."""
+    bits = 0.0
+    for plane in planes:
+        p = np.bincount(plane.ravel(), minlength=256) / plane.size
+        p = p[p > 0]
+        bits -= float((p * np.log2(p)).sum())
+    return bits
+
+
+def _on_previous(x2: np.ndarray, lo: np.ndarray, step: np.ndarray, codes: np.ndarray) -> np.ndarray | None:
+    """``r16``'s codes for rows ``x2`` (``u16``'s ``lo``, ``step``, ``codes``), or None where a residual
+    does not fit int16 or a row has no range."""
+    if x2.shape[0] < 2 or not (step > 0).all():
+        return None
+    out = codes.copy()
+    prev = (lo[0] + codes[0].astype(np.float64) * step[0]).astype(np.float32)
+    for t in range(1, x2.shape[0]):
+        k = np.rint((x2[t] - prev.astype(np.float64)) / step[t])
+        if np.abs(k).max() > 32767:
+            return None
+        out[t] = k.astype(np.int16).view(np.uint16)
+        prev = (prev.astype(np.float64) + k * step[t]).astype(np.float32)
+    return out
 
 
 def _measured(x2: np.ndarray, codec: str, planes: np.ndarray, lo: np.ndarray, step: np.ndarray,
@@ -160,7 +234,7 @@ def _measured(x2: np.ndarray, codec: str, planes: np.ndarray, lo: np.ndarray, st
     return Coded(codec, planes, lo, step, shape, error, stats, got)
 
 
-#: A ``d16`` residual's step is the row's ``u16`` step divided by this (or coarser, where the residual
+#: A ``d16`` residual's step is the row's range / 65535 divided by this (or coarser, where the residual
 #: would not fit int16 at it): the difference from the base is then kept 8 times finer than the row
 #: itself, so a port held against the reference it was coded on is held to ~6e-5 (a row range of 60
 #: logits), while the codes still deflate to ~0.5 byte a logit (measured on make test's ports, 1.2e7
@@ -170,12 +244,13 @@ RESIDUAL_DIVISOR = 8
 
 def encode(a: Any, base: tuple[np.ndarray, np.ndarray] | None = None) -> Coded:
     """The 2-byte code of float32 logits ``a`` (``[V]`` or ``[R, V]``): ``bf16`` when lossless, else
-    ``d16`` on ``base`` when given and no finer than ``u16``, else ``u16``; its error measured by
-    decoding (module docstring).
+    ``d16`` on ``base`` when given and its step no coarser than the row's range / 65535, else ``r16``
+    where its planes' entropy is below ``u16``'s, else ``u16``; its error measured by decoding (module
+    docstring).
 
     Args:
         base: ``(attached, decoded)`` float32 rows ``[R, V]`` of the array to code a residual on: the
-            residual is ``a - attached``, at step ``max(u16 step / RESIDUAL_DIVISOR, max|residual| /
+            residual is ``a - attached``, at step ``max(range / 65535 / RESIDUAL_DIVISOR, max|residual| /
             32767)`` per row, decoded on ``decoded``; so ``decoded(a) - decoded(base)`` is within half
             that step of ``a - attached`` (plus float32 rounding), whatever the base's own error.
 
@@ -196,9 +271,17 @@ def encode(a: Any, base: tuple[np.ndarray, np.ndarray] | None = None) -> Coded:
         if (fine <= step).all() and (fine > 0).all():
             k = np.clip(np.rint(d / fine[:, None]), -32767, 32767).astype(np.int16)
             return _measured(x2, "d16", _planes(k), np.zeros(len(step)), fine, base[1], stats, shape)
+    step = _needed(x2, step)
     safe = np.where(step > 0, step, 1.0)[:, None]
     codes = np.clip(np.rint((x2 - lo[:, None]) / safe), 0, _LEVELS).astype(np.uint16)
-    return _measured(x2, "u16", _planes(codes), lo, step, None, stats, shape)
+    planes = _planes(codes)
+    chained = _on_previous(x2, lo, step, codes)
+    if chained is not None:
+        linked = _planes(chained)
+        if plane_bits(linked) < plane_bits(planes):
+            return _measured(x2, "r16", linked, lo, step, None, stats, shape)
+    return _measured(x2, "u16", planes, lo, step, None, stats, shape)
 
 
-__all__ = ["CODECS", "RESIDUAL_DIVISOR", "Coded", "Stats", "decode", "encode", "rows_of", "stats_of"]
+__all__ = ["ABS_STEP", "CODECS", "REL_STEP", "RESIDUAL_DIVISOR", "Coded", "Stats", "decode", "encode", "plane_bits",
+           "rows_of", "stats_of"]

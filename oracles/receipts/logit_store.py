@@ -18,8 +18,9 @@ finite too (evidence: the reader names it), and each other logit array as the me
 Within a group the arrays are coded in a fixed order (most rows first, then key) and each is a ``d16``
 residual on the earlier array (or its leading rows) that gives the smallest codes, when they fit: a
 port's rows on the reference's cost a fraction of a byte a logit once deflated. Residual codes are
-deflated (measured: 0.09-0.14 bytes a logit); ``u16`` and ``bf16`` codes are stored (deflate saves 5%
-of them at 17 MB/s, bench/receipt_pack.py).
+deflated (measured: 0.09-0.14 bytes a logit), and so are ``u16`` and ``r16`` codes, at the step the
+thresholds need (:data:`oracles.checks.logit_codec.ABS_STEP`): make test's own 36.6 MB of them deflate
+to 29.1 MB at level 6, 43 MB/s (29.7 MB at level 1, 67 MB/s). ``bf16`` codes are stored.
 
 Readers take :class:`LogitStore`, which decodes an array once per session (a base read by several
 ports is decoded once). Numpy only.
@@ -45,10 +46,10 @@ STAGED = ".logits.json"
 #: What separates an array's key from its member's name in the sidecar.
 SEP = "~"
 _MEMBERS = ("codes", "lo", "step", "argmax", "gap", "sha")
-_DEFLATED = {"d16"}
-#: zlib's fastest level: on residual codes 20 MB/s at 0.71 byte a logit, where level 6 takes 2.9 MB/s
-#: for 0.61 (a port 1e-4 from its reference, V = 49,152; bench/receipt_pack.py).
-DEFLATE_LEVEL = 1
+#: zlib's level per codec whose codes are deflated. Residuals at the fastest: 20 MB/s at 0.71 byte a
+#: logit, where level 6 takes 2.9 MB/s for 0.61 (a port 1e-4 from its reference, V = 49,152;
+#: bench/receipt_pack.py). An array's own codes at 6 (module docstring).
+DEFLATED = {"d16": 1, "u16": 6, "r16": 6}
 
 
 @dataclass(frozen=True)
@@ -106,12 +107,12 @@ def _staged(staging: Path) -> tuple[list[Path], dict[str, dict[str, Any]]]:
     return files, meta
 
 
-def _coded_members(key: str, c: Coded, extra: dict[str, Any]) -> Iterator[tuple[str, np.ndarray, bool]]:
+def _coded_members(key: str, c: Coded, extra: dict[str, Any]) -> Iterator[tuple[str, np.ndarray, int | None]]:
     info = {"codec": c.codec, "shape": list(c.shape), "error": c.error, **extra}
-    yield f"{key}{SEP}meta", np.array(json.dumps(info)), False
+    yield f"{key}{SEP}meta", np.array(json.dumps(info)), None
     for name, arr in (("codes", c.planes), ("lo", c.lo), ("step", c.step), ("argmax", c.stats.argmax),
                       ("gap", c.stats.gap), ("sha", c.stats.sha)):
-        yield f"{key}{SEP}{name}", arr, name == "codes" and c.codec in _DEFLATED
+        yield f"{key}{SEP}{name}", arr, DEFLATED.get(c.codec) if name == "codes" else None
 
 
 def _best_base(x2: np.ndarray, done: list[tuple[str, np.ndarray, np.ndarray]]) -> tuple[str, np.ndarray, np.ndarray] | None:
@@ -138,7 +139,7 @@ def _carried(meta: dict[str, Any], x2: np.ndarray) -> tuple[float, Stats | None]
                                                         .reshape(x2.shape[0], 32))
 
 
-def _group_members(group: list[tuple[str, np.ndarray, dict[str, Any]]]) -> Iterator[tuple[str, np.ndarray, bool]]:
+def _group_members(group: list[tuple[str, np.ndarray, dict[str, Any]]]) -> Iterator[tuple[str, np.ndarray, int | None]]:
     """The sidecar members of one group's logit arrays: duplicates as ``same``, the rest coded on the
     nearest earlier array (:func:`_best_base`), each with its anchor and its error against it."""
     done: list[tuple[str, np.ndarray, np.ndarray]] = []
@@ -146,14 +147,14 @@ def _group_members(group: list[tuple[str, np.ndarray, dict[str, Any]]]) -> Itera
     anchors: dict[str, str] = {}
     for key, a, meta in sorted(group, key=lambda g: (-rows_of(g[1], finite=False).shape[0], g[0])):
         if not np.isfinite(a).all():  # evidence as attached: a reader names the first non-finite logit
-            yield key, a, False
+            yield key, a, None
             continue
         x2 = rows_of(a)
         digest = hashlib.sha256(x2.tobytes() + repr(a.shape).encode()).hexdigest()
         carried_error, carried_stats = _carried(meta, x2)
         if carried_stats is None and digest in seen:
             info = {"codec": "same", "same_as": seen[digest], "shape": list(a.shape), "group": meta.get("group")}
-            yield f"{key}{SEP}meta", np.array(json.dumps(info)), False
+            yield f"{key}{SEP}meta", np.array(json.dumps(info)), None
             continue
         # an array carried by --resume is the decoded rows of another sidecar: no base, and none's base
         base = None if carried_stats is not None else _best_base(x2, done)
@@ -194,9 +195,9 @@ def pack(staging: Path) -> tuple[bytes, int]:
             else:
                 zf.writestr(f"{f.stem}.npy", _npy(arr), zipfile.ZIP_STORED)
         for name in sorted(groups):
-            for member, arr, deflate in _group_members(groups[name]):
-                zf.writestr(f"{member}.npy", _npy(arr), zipfile.ZIP_DEFLATED if deflate else zipfile.ZIP_STORED,
-                            compresslevel=DEFLATE_LEVEL if deflate else None)
+            for member, arr, level in _group_members(groups[name]):
+                zf.writestr(f"{member}.npy", _npy(arr), zipfile.ZIP_STORED if level is None else zipfile.ZIP_DEFLATED,
+                            compresslevel=level)
     return buf.getvalue(), len(files)
 
 
@@ -291,4 +292,4 @@ class LogitStore:
         return Rows(values, bounds[0], stats, str(info["codec"]), str(info.get("anchor") or key), bounds[1], id(self))
 
 
-__all__ = ["STAGED", "LogitStore", "Rows", "StoreError", "array_keys", "as_rows", "difference_error", "pack"]
+__all__ = ["DEFLATED", "STAGED", "LogitStore", "Rows", "StoreError", "array_keys", "as_rows", "difference_error", "pack"]

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from units_fake import decode, write
 
+from oracles.checks import logit_codec
 from oracles.checks.tolerance import FLOAT32
 from oracles.receipts.compare import compare_pair
 from oracles.receipts.logit_store import LogitStore
@@ -25,8 +26,8 @@ TOKENS = [5, 6, 7, 2]
 V = 4096
 
 
-def _ref() -> np.ndarray:
-    return np.random.default_rng(11).normal(0, 3, (len(TOKENS), V)).astype("<f4")
+def _ref(scale: float = 3.0) -> np.ndarray:
+    return np.random.default_rng(11).normal(0, scale, (len(TOKENS), V)).astype("<f4")
 
 
 def _port(ref: np.ndarray, scale: float, seed: int) -> np.ndarray:
@@ -93,6 +94,24 @@ def test_near_a_threshold_the_verdict_is_undecided_not_a_pass(tmp_path: Path) ->
     assert f"within {row['stored_error']:.2e} of the attached float32 rows'" in line
     together = compare_pair(*_stored(tmp_path / "t", ref, port, together=True))
     assert together["ok"] is True and together["failures"] == []  # coded on the reference: decided
+
+
+@pytest.mark.parametrize("size", [3.0, 0.16], ids=["smollm2-like", "twin-like"])
+def test_two_receipts_keep_a_float32_port_decided(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size: float) -> None:
+    """The step each sidecar codes its own rows at (:data:`oracles.checks.logit_codec.ABS_STEP`,
+    ``REL_STEP``) keeps a reference and a float32 port judged across two receipts decided, for rows of
+    SmolLM2's size (rms 3) and of a tiny twin's (0.16). Positive control: at 16 times those steps the same
+    pair is undecided (NMSE for both; max |Δlogit| and KL too for the larger rows), so the steps are what
+    decide it."""
+    ref = _ref(size)
+    port = _port(ref, 1e-5 * size, 5)
+    row = compare_pair(*_stored(tmp_path / "fine", ref, port, together=False))
+    assert row["ok"] is True and row["failures"] == [] and row["stored_error"] > 0
+    monkeypatch.setattr(logit_codec, "ABS_STEP", 16 * logit_codec.ABS_STEP)
+    monkeypatch.setattr(logit_codec, "REL_STEP", 16 * logit_codec.REL_STEP)
+    coarse = compare_pair(*_stored(tmp_path / "coarse", ref, port, together=False))
+    undecided = {f.split("undecided: ")[1].split(" ")[0] for f in coarse["failures"] if "undecided: " in f}
+    assert coarse["ok"] is False and undecided == ({"max", "NMSE", "KL(ref‖port)"} if size > 1 else {"NMSE"}), coarse["failures"]
 
 
 def test_one_sidecar_holds_the_difference_almost_exactly(tmp_path: Path) -> None:
