@@ -6,12 +6,14 @@ A row ``x`` (float32, ``V`` logits) is stored as one of:
     the high 16 bits of each float32, when every low 16 bits are zero (a bfloat16 engine's logits
     cast to float32): lossless, error 0.
 ``u16``
-    ``code = rint((x - lo) / step)`` in ``0 .. 65535`` with ``lo = min(x)`` per row, decoded as
-    ``float32(lo + code * step)`` (float64 arithmetic). The step is the coarsest the thresholds allow
-    (:data:`ABS_STEP`, or :data:`REL_STEP` times the rows' rms where that is finer), or the row's range
-    / 65535 where that is coarser still; the error is at most half of it plus float32 rounding. No clamp:
-    the whole row's range is coded, so the tail of a large vocabulary keeps its mass (a clamp 16 nats
-    below the maximum, as llama-perplexity's ``--kl-divergence-base`` file has, moves it: ik_llama.cpp#325).
+    ``code = rint((x - lo) / step)`` in ``0 .. 65535`` with ``lo = min(x)``, ``step = (max(x) - min(x)) /
+    65535`` per row, decoded as ``float32(lo + code * step)`` (float64 arithmetic). No clamp: the whole
+    row's range is coded, so the tail of a large vocabulary keeps its mass (a clamp 16 nats below the
+    maximum, as llama-perplexity's ``--kl-divergence-base`` file has, moves it: ik_llama.cpp#325). At
+    a row range of 60 logits the step is 9.2e-4, so the error is at most 4.6e-4 plus float32 rounding.
+    No coarser step: one that still keeps every float32 bound between two receipts within a quarter of
+    its threshold for a port equal to the reference saves 1.9 MB of make test's 40.3 MB of unit arrays,
+    and turns decided verdicts near a threshold undecided (docs/measurements.md, stop 33).
 ``d16``
     a residual on another array of the same rows (a port's on the reference's): ``k = rint((x - b) /
     s)`` as int16, ``b`` the base's attached rows and ``s`` :data:`RESIDUAL_DIVISOR` times finer than
@@ -25,7 +27,7 @@ A row ``x`` (float32, ``V`` logits) is stored as one of:
     rint((x_t - x'_{t-1}) / step_t)`` (int16) on the row before it as *decoded*, at the row's own ``u16``
     step, decoded as ``float32(x'_{t-1} + k * step_t)``; so each row's error is ``u16``'s. Chosen over
     ``u16`` for an array whose rows barely move from one to the next (a small model's decode steps:
-    the draft twin's 64 "arith" steps take 8.0 bits a logit where ``u16`` takes 13.0, entropy of the
+    the draft twin's 64 "arith" steps take 9.3 bits a logit where ``u16`` takes 14.9, entropy of the
     byte planes), by the byte planes' order-0 entropy (:func:`plane_bits`), the figure deflate nears.
 
 The error is never assumed: :func:`encode` decodes the codes exactly as :func:`decode` does and states
@@ -131,31 +133,6 @@ def _affine(x2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per row ``lo = min`` and ``step = (max - min) / 65535`` (float64)."""
     lo = x2.min(-1).astype(np.float64)
     return lo, (x2.max(-1).astype(np.float64) - lo) / _LEVELS
-
-
-#: The coarsest step an array's own code (``u16``, ``r16``) is given where its range allows, logit units:
-#: what keeps a comparison between two receipts decided, each bound within a quarter of
-#: :data:`oracles.checks.tolerance.FLOAT32`'s thresholds (the tightest a reader holds stored rows to). A
-#: reference and a port stored in two receipts at step ``s`` differ, stored, from their attached difference
-#: by at most ``g = s`` (two half steps; :func:`oracles.checks.stored_bounds.figure_bounds`), so max
-#: |Δlogit|'s bound is ``s`` wide, 5 % of 5e-3, and for a port equal to the reference the KL bound ``ea R
-#: + eb R / 2`` with ``R <= 4 g`` is ``3 s^2 = 1.9e-7``, 1.5 % of 1.25e-5. So fine a step keeps a verdict
-#: decided near a threshold too: a port at 1.26 times NMSE's (tests/unit/test_compare_clef_positions.py)
-#: fails decided at 2.5e-4, where at 5e-4 it is undecided. SmolLM2's rows (range ~40) span more than
-#: 65535 of these steps and keep their range / 65535; at 1e-3 make test's sidecar would be 0.9 MB smaller
-#: (bench/receipt_pack.py).
-ABS_STEP = 2.5e-4
-#: Per unit of the array's smallest row rms: ``sqrt(1e-6) / 2``, so a port equal to the reference, stored in
-#: another receipt, has an NMSE bound of ``(s / rms)^2`` (``g = s`` over the reference's norm), a quarter of
-#: FLOAT32's 1e-6. It binds where rows are small: 3.0 times the range / 65535 of the draft twin's (rms 0.16).
-REL_STEP = 1e-3 / 2
-
-
-def _needed(x2: np.ndarray, step: np.ndarray) -> np.ndarray:
-    """``step`` raised to the step the thresholds need (:data:`ABS_STEP`, :data:`REL_STEP`), never lowered:
-    a row spanning more than 65535 of them keeps its range / 65535."""
-    rms = float(np.sqrt(np.square(x2, dtype=np.float64).mean(-1)).min())
-    return np.maximum(step, min(ABS_STEP, REL_STEP * rms))
 
 
 def decode(codec: str, planes: np.ndarray, lo: np.ndarray, step: np.ndarray, shape: tuple[int, ...],
@@ -271,7 +248,6 @@ def encode(a: Any, base: tuple[np.ndarray, np.ndarray] | None = None) -> Coded:
         if (fine <= step).all() and (fine > 0).all():
             k = np.clip(np.rint(d / fine[:, None]), -32767, 32767).astype(np.int16)
             return _measured(x2, "d16", _planes(k), np.zeros(len(step)), fine, base[1], stats, shape)
-    step = _needed(x2, step)
     safe = np.where(step > 0, step, 1.0)[:, None]
     codes = np.clip(np.rint((x2 - lo[:, None]) / safe), 0, _LEVELS).astype(np.uint16)
     planes = _planes(codes)
@@ -283,5 +259,5 @@ def encode(a: Any, base: tuple[np.ndarray, np.ndarray] | None = None) -> Coded:
     return _measured(x2, "u16", planes, lo, step, None, stats, shape)
 
 
-__all__ = ["ABS_STEP", "CODECS", "REL_STEP", "RESIDUAL_DIVISOR", "Coded", "Stats", "decode", "encode", "plane_bits",
+__all__ = ["CODECS", "RESIDUAL_DIVISOR", "Coded", "Stats", "decode", "encode", "plane_bits",
            "rows_of", "stats_of"]

@@ -98,17 +98,15 @@ def test_near_a_threshold_the_verdict_is_undecided_not_a_pass(tmp_path: Path) ->
 
 @pytest.mark.parametrize("size", [3.0, 0.16], ids=["smollm2-like", "twin-like"])
 def test_two_receipts_keep_a_float32_port_decided(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size: float) -> None:
-    """The step each sidecar codes its own rows at (:data:`oracles.checks.logit_codec.ABS_STEP`,
-    ``REL_STEP``) keeps a reference and a float32 port judged across two receipts decided, for rows of
-    SmolLM2's size (rms 3) and of a tiny twin's (0.16). Positive control: at 16 times those steps the same
-    pair is undecided (NMSE for both; max |Δlogit| and KL too for the larger rows), so the steps are what
-    decide it."""
+    """Each sidecar's own 2-byte code keeps a reference and a float32 port judged across two receipts
+    decided, for rows of SmolLM2's size (rms 3) and of a tiny twin's (0.16). Positive control: at a step 16
+    times coarser (4,095 levels a row) the same pair is undecided (NMSE for both; max |Δlogit| and KL too
+    for the larger rows), so the step is what decides it."""
     ref = _ref(size)
     port = _port(ref, 1e-5 * size, 5)
     row = compare_pair(*_stored(tmp_path / "fine", ref, port, together=False))
     assert row["ok"] is True and row["failures"] == [] and row["stored_error"] > 0
-    monkeypatch.setattr(logit_codec, "ABS_STEP", 16 * logit_codec.ABS_STEP)
-    monkeypatch.setattr(logit_codec, "REL_STEP", 16 * logit_codec.REL_STEP)
+    monkeypatch.setattr(logit_codec, "_LEVELS", 65535 // 16)
     coarse = compare_pair(*_stored(tmp_path / "coarse", ref, port, together=False))
     undecided = {f.split("undecided: ")[1].split(" ")[0] for f in coarse["failures"] if "undecided: " in f}
     assert coarse["ok"] is False and undecided == ({"max", "NMSE", "KL(ref‖port)"} if size > 1 else {"NMSE"}), coarse["failures"]
