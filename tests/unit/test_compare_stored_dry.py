@@ -142,6 +142,22 @@ def test_units_of_one_request_share_their_rows(tmp_path: Path) -> None:
     assert np.abs(got["generate-sampled"].values - ref[:1]).max() <= got["generate-sampled"].error
 
 
+def test_a_decode_stored_step_on_step_reads_back_and_holds_its_port(tmp_path: Path) -> None:
+    """A decode whose steps barely move (a small model's) is stored ``r16`` through the real writer, the
+    other engine's as a residual on it; read back, every logit is within its stated error, and the pair is
+    held as its float32 rows are, in one receipt and in two (errors added)."""
+    rng = np.random.default_rng(21)
+    ref = (0.16 * rng.normal(0, 1, (1, V)) + np.cumsum(rng.normal(0, 2e-3, (len(TOKENS), V)), axis=0)).astype("<f4")
+    port = _port(ref, 1e-5, 22)
+    r, p, a, b = _stored(tmp_path / "one", ref, port, together=True)
+    assert {a.codec, b.codec} == {"r16", "d16"}  # whichever the sidecar codes first is the other's base
+    for got, attached in ((a, ref), (b, port)):
+        assert np.abs(got.values.astype(np.float64) - attached).max() <= got.error
+    exact = compare_pair(r, p, ref, port)
+    for row in (compare_pair(r, p, a, b), compare_pair(*_stored(tmp_path / "two", ref, port, together=False))):
+        assert row["ok"] is exact["ok"] is True and row["failures"] == [] and row["stored_error"] > 0
+
+
 def test_a_sidecar_missing_a_coded_member_is_refused_in_one_line(tmp_path: Path,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     """Bad input: a coded array whose codes are gone is refused naming the file, record, field and
