@@ -25,8 +25,8 @@ A row ``x`` (float32, ``V`` logits) is stored as one of:
 ``r16``
     rows of one sequence coded on each other: row 0 as ``u16``; each later row ``t`` a residual ``k =
     rint((x_t - x'_{t-1}) / step_t)`` (int16) on the row before it as *decoded*, at the row's own ``u16``
-    step, decoded as ``float32(x'_{t-1} + k * step_t)``; so each row's error is ``u16``'s. Chosen over
-    ``u16`` for an array whose rows barely move from one to the next (a small model's decode steps:
+    step, decoded as ``float32(x'_{t-1} + k * step_t)`` (its ``lo_t`` is not read); so each row's error is
+    ``u16``'s. Chosen over ``u16`` for an array whose rows barely move from one to the next (a small model's decode steps:
     the draft twin's 64 "arith" steps take 9.3 bits a logit where ``u16`` takes 14.9, entropy of the
     byte planes), by the byte planes' order-0 entropy (:func:`plane_bits`), the figure deflate nears.
 
